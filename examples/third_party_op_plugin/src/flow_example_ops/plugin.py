@@ -1,0 +1,64 @@
+"""The ``example_ops`` plugin: declares ``example_swish`` and its CPU kernel.
+
+An op is declared once (schema, meta rule, gradient, samples for
+``flow.testing.opcheck``) in ``flow_register_ops``; kernels attach to it by
+name in ``flow_register_kernels``, which runs after every plugin has declared
+its ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+import flow
+from flow.errors import OpTypeError
+from flow.ops.meta import TensorMeta
+from flow.plugins import hookimpl
+from flow.registry import Attr, schema
+
+OP_NAME = "example_swish"
+
+
+def swish_meta(x, beta: float) -> TensorMeta:
+    """Same shape, dtype and device as ``x``, which must be floating point (sigmoid is)."""
+    if not x.dtype.is_floating_point:
+        raise OpTypeError(OP_NAME, f"input 'x' must have a floating-point dtype, got {x.dtype}")
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def swish_grad(ctx, grad_out):
+    """d/dx x*s(bx) = s(bx) + b*x*s(bx)*(1 - s(bx)), written with flow ops so it is differentiable too."""
+    x = ctx.inputs[0]
+    beta = ctx.attrs["beta"]
+    s = flow.sigmoid(x * beta)
+    return (grad_out * (s + x * beta * (s - s * s)),)
+
+
+def swish_samples(device, dtype) -> Iterator:
+    """Inputs ``opcheck`` runs the op on: both signs, zero, large magnitudes, and a default ``beta``."""
+    x = flow.tensor([[-6.0, -1.5, -0.25, 0.0], [0.3, 1.0, 2.5, 8.0]], dtype=dtype, device=device)
+    yield flow.testing.SampleInput(args=(x,), kwargs={"beta": 0.7})
+    yield flow.testing.SampleInput(args=(flow.tensor([-2.0, 0.5, 3.0], dtype=dtype, device=device),), kwargs={})
+
+
+def swish_cpu(x: np.ndarray, beta: float) -> np.ndarray:
+    # sigmoid(z) = (1 + tanh(z/2)) / 2 does not overflow for large |z| and keeps x's dtype.
+    return x * (0.5 + 0.5 * np.tanh(0.5 * beta * x))
+
+
+@hookimpl
+def flow_register_ops(registry) -> None:
+    registry.register_op(
+        schema(OP_NAME, ["x"], [Attr("beta", float, 1.0)]),
+        meta=swish_meta,
+        grad=swish_grad,
+        samples=swish_samples,
+        doc="x * sigmoid(beta * x), elementwise",
+    )
+
+
+@hookimpl
+def flow_register_kernels(registry) -> None:
+    registry.register_kernel(OP_NAME, "cpu", swish_cpu)

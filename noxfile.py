@@ -1,0 +1,132 @@
+"""Test and lint sessions for every package of the monorepo (run `nox`, or `nox -l` to list them).
+
+- ``lint``: ruff over packages/, examples/, benchmarks/ and this file (settings in ruff.toml);
+- ``tests(package=...)``: one session per ``packages/*`` with a pyproject: flow-core, then the
+  package with its ``test`` extra, then its ``tests/`` with pytest;
+- ``all_plugins``: every package and example plugin installed together, and flow-core's tests and
+  every package's tests run again, so a plugin that breaks the core (or another plugin) shows up.
+
+flow-core compiles a C++ extension, so it is installed non-editable in each session, from one
+wheel built per change of its sources: the wheel is kept in ``.nox/_wheels/`` under a hash of
+flow-core's files, and sessions (and later runs) reuse it instead of compiling again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import nox
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+nox.needs_version = ">=2024.4.15"  # for "uv|virtualenv"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["lint", "tests", "all_plugins"]
+
+ROOT = Path(__file__).parent
+CORE = "flow-core"
+CORE_DIR = ROOT / "packages" / CORE
+PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
+EXAMPLE_PLUGINS = sorted(p for p in (ROOT / "examples").glob("*") if (p / "pyproject.toml").is_file())
+WHEEL_CACHE = ROOT / ".nox" / "_wheels"
+LINT_PATHS = ("packages", "examples", "benchmarks", "noxfile.py")
+RUFF = "ruff==0.17.6"  # pinned so that a new ruff release cannot turn CI red on its own
+
+PYTEST_NO_TESTS_COLLECTED = 5
+# Build outputs that do not change the wheel (and must not change its cache key).
+NOT_SOURCES = {"__pycache__", "build", "dist", ".pytest_cache", ".ruff_cache", "_skbuild"}
+
+
+def has_extra(project_dir: Path, extra: str) -> bool:
+    with open(project_dir / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f).get("project", {})
+    return extra in project.get("optional-dependencies", {})
+
+
+def requirement(project_dir: Path, extra: str = "test") -> str:
+    """A pip requirement for a local project, with ``extra`` when the project declares it."""
+    path = f"./{project_dir.relative_to(ROOT).as_posix()}"
+    return f"{path}[{extra}]" if has_extra(project_dir, extra) else path
+
+
+def core_sources_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(CORE_DIR.rglob("*")):
+        rel = path.relative_to(CORE_DIR)
+        if path.is_dir() or NOT_SOURCES.intersection(rel.parts) or path.suffix in (".so", ".pyc", ".pyd"):
+            continue
+        if any(part.endswith(".egg-info") for part in rel.parts):
+            continue
+        digest.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def core_wheel(session: nox.Session) -> Path:
+    """flow-core's wheel for this Python, built (in ``session``) only when its sources changed."""
+    key = f"{CORE}-py{sys.version_info.major}{sys.version_info.minor}-{core_sources_hash()}"
+    out = WHEEL_CACHE / key
+    wheels = sorted(out.glob("*.whl"))
+    if wheels:
+        session.log(f"reusing {wheels[0].relative_to(ROOT)}")
+        return wheels[0]
+    shutil.rmtree(WHEEL_CACHE, ignore_errors=True)  # wheels of older sources, half-finished builds
+    start = time.perf_counter()
+    tmp = WHEEL_CACHE / f"_building-{key}"
+    if session.venv_backend == "uv":
+        session.run("uv", "build", "--wheel", "--out-dir", str(tmp), "--python", f"{session.bin}/python",
+                    str(CORE_DIR), external=True)
+    else:
+        session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(tmp), str(CORE_DIR))
+    tmp.rename(out)  # only a finished build lands under its key
+    session.log(f"built the {CORE} wheel in {time.perf_counter() - start:.0f} s")
+    return sorted(out.glob("*.whl"))[0]
+
+
+def core_requirement(session: nox.Session, extra: str = "test") -> str:
+    wheel = core_wheel(session)
+    extras = f"[{extra}]" if has_extra(CORE_DIR, extra) else ""
+    return f"{CORE}{extras} @ {wheel.as_uri()}"
+
+
+def run_pytest(session: nox.Session, project_dir: Path) -> None:
+    """Run a project's tests/ from its own folder (so its pytest settings apply) against the installed code."""
+    if not (project_dir / "tests").is_dir():
+        session.warn(f"{project_dir.relative_to(ROOT)} has no tests/ folder")
+        return
+    with session.chdir(project_dir):
+        # A package whose tests/ holds no test yet is not a failure (pytest exits 5 then).
+        session.run("pytest", "tests", *session.posargs, success_codes=[0, PYTEST_NO_TESTS_COLLECTED])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check over the whole repository."""
+    session.install(RUFF)
+    session.run("ruff", "check", *(p for p in LINT_PATHS if (ROOT / p).exists()))
+
+
+@nox.session
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests, with only flow-core and that package installed."""
+    project_dir = ROOT / "packages" / package
+    plugin = [] if package == CORE else [requirement(project_dir)]
+    session.install(core_requirement(session), *plugin, "pytest")
+    run_pytest(session, project_dir)
+
+
+@nox.session
+def all_plugins(session: nox.Session) -> None:
+    """Every package and example plugin installed at once; the core's and every package's tests again."""
+    projects = [ROOT / "packages" / p for p in PACKAGES if p != CORE] + EXAMPLE_PLUGINS
+    session.install(core_requirement(session), *(requirement(p) for p in projects), "pytest")
+    session.run("python", "-m", "flow", "plugins")
+    for project_dir in [CORE_DIR, *projects]:
+        run_pytest(session, project_dir)
