@@ -1,0 +1,102 @@
+"""flow: a deep-learning framework with PyTorch's API, graph compilation and global tensors.
+
+>>> import flow
+>>> x = flow.randn(3, 4, requires_grad=True)
+>>> (x * x).sum().backward()
+>>> x.grad.shape
+flow.Size([3, 4])
+"""
+
+from __future__ import annotations
+
+from flow import _dispatch
+from flow._device import device
+from flow._dtype import (
+    bfloat16,
+    bool,
+    dtype,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    promote_types,
+    result_type,
+    set_default_dtype,
+    uint8,
+)
+from flow._tensor import Size, Tensor
+from flow.autograd import node as _node, engine as _engine
+
+_dispatch.Tensor = Tensor
+_dispatch.Node = _node.Node
+_node.Tensor = Tensor
+_engine.Tensor = Tensor
+
+from flow import autograd, errors, ops, plugins  # noqa: E402
+from flow._creation import (  # noqa: E402
+    arange,
+    as_tensor,
+    bernoulli,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    logspace,
+    multinomial,
+    normal,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randint_like,
+    randn,
+    randn_like,
+    randperm,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from flow._random import (  # noqa: E402
+    Generator,
+    default_generator,
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    seed,
+    set_rng_state,
+)
+from flow.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
+from flow.ops.arith import *  # noqa: E402,F403
+
+from flow.ops.compare import *  # noqa: E402,F403
+from flow.ops.conversion import clone, contiguous  # noqa: E402
+from flow.ops.linalg import *  # noqa: E402,F403
+from flow.ops.movement import *  # noqa: E402,F403
+from flow.ops.reduction import *  # noqa: E402,F403
+from flow.ops.unary import *  # noqa: E402,F403
+
+float = float32  # noqa: A001 - PyTorch's aliases
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+short = int16
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj) -> "builtins.bool":  # noqa: F821
+    """True when ``obj`` is a flow Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input: Tensor) -> "builtins.int":  # noqa: F821
+    return input.numel()

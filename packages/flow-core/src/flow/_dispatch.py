@@ -1,0 +1,259 @@
+"""Eager dispatch: meta check, cached kernel lookup, call, wrap, record autograd.
+
+This is the hot path of every eager op. It calls no hooks and walks no
+registries: the kernel for (op, device type, dtype) is resolved once and kept
+on the op. Eager interceptors (autocast, global tensors) are consulted only
+while one is active.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flow import _dtype as D
+from flow.autograd.grad_mode import STATE
+from flow.errors import FlowError, OpError, OpTypeError
+
+# Set by flow._tensor's importer (flow/__init__) to break the import cycle.
+Tensor = None  # type: ignore[assignment]
+Node = None  # type: ignore[assignment]
+
+_NP_TO_DTYPE = D.NP_TO_DTYPE
+_ndarray = np.ndarray
+_asarray = np.asarray
+
+# The active eager interceptors, in order. Each is ``fn(op, inputs, attrs)`` returning
+# a result or NotImplemented. Empty in the common case, so the cost is one truth test.
+INTERCEPTORS: list = []
+
+
+class OpHandle:
+    """A Python-side reference to an op by name, resolved to its OpDef on first use."""
+
+    __slots__ = ("name", "opdef")
+
+    def __init__(self, name: str) -> None:
+        from flow.registry import OP_HANDLES
+
+        self.name = name
+        self.opdef = None
+        OP_HANDLES[name] = self
+
+    def resolve(self):
+        from flow.registry import get_op
+
+        self.opdef = get_op(self.name)
+        return self.opdef
+
+    def __repr__(self) -> str:
+        return f"<OpHandle {self.name}>"
+
+
+def push_interceptor(fn) -> None:
+    """Activate an eager interceptor (innermost last)."""
+    INTERCEPTORS.append(fn)
+
+
+def pop_interceptor(fn) -> None:
+    """Deactivate an interceptor previously pushed."""
+    for i in range(len(INTERCEPTORS) - 1, -1, -1):
+        if INTERCEPTORS[i] is fn:
+            del INTERCEPTORS[i]
+            return
+    raise ValueError("pop_interceptor: interceptor is not active")
+
+
+def call(handle, *inputs, **attrs):
+    """Run an op by handle or name on tensors: ``flow.ops.call("add", a, b)``."""
+    if handle.__class__ is str:
+        handle = _handle_for(handle)
+    op = handle.opdef or handle.resolve()
+    if INTERCEPTORS:
+        for ic in tuple(INTERCEPTORS):
+            r = ic(op, inputs, attrs)
+            if r is not NotImplemented:
+                return r
+    return execute(op, inputs, attrs)
+
+
+_by_name: dict = {}
+
+
+def _handle_for(name: str) -> OpHandle:
+    h = _by_name.get(name)
+    if h is None:
+        from flow.registry import OP_HANDLES
+
+        h = OP_HANDLES.get(name) or OpHandle(name)
+        _by_name[name] = h
+    return h
+
+
+def execute(op, inputs: tuple, attrs: dict):
+    """Run ``op`` on its device below all interceptors (interceptors call this)."""
+    first = None
+    needs_grad = False
+    arrays = []
+    for x in inputs:
+        if isinstance(x, Tensor):
+            if first is None:
+                first = x
+            elif x.device is not first.device:
+                raise _device_mismatch(op, inputs)
+            if x.requires_grad:
+                needs_grad = True
+            arrays.append(x._data)
+        elif x.__class__ is list or x.__class__ is tuple:
+            seq = []
+            for t in x:
+                if not isinstance(t, Tensor):
+                    raise OpTypeError(op.name, f"expected a sequence of Tensors, got an element of type "
+                                               f"{type(t).__name__}")
+                if first is None:
+                    first = t
+                elif t.device is not first.device:
+                    raise _device_mismatch(op, inputs)
+                if t.requires_grad:
+                    needs_grad = True
+                seq.append(t._data)
+            arrays.append(seq)
+        else:
+            arrays.append(x)
+    if first is None:
+        raise OpTypeError(op.name, "expected at least one Tensor input")
+    dev = first.device
+    if op.eager_meta:
+        op.meta(*inputs, **attrs)
+    kern = op._kcache.get((dev.type, first.dtype))
+    if kern is None:
+        kern = _resolve(op, dev.type, first.dtype)
+    try:
+        out = kern(*arrays, **attrs)
+    except FlowError:
+        raise
+    except Exception as e:  # explain kernel failures with the op's meta rule
+        raise _explain(op, inputs, attrs, e) from e
+    if out.__class__ is tuple:
+        outs = tuple(_wrap(o, dev) for o in out)
+        if needs_grad and STATE.grad_enabled and op.grad is not None:
+            Node.record(op, inputs, attrs, outs)
+        return outs
+    t = _wrap(out, dev)
+    if needs_grad and STATE.grad_enabled and op.grad is not None:
+        Node.record(op, inputs, attrs, (t,))
+    return t
+
+
+def _wrap(a, dev):
+    if a.__class__ is not _ndarray and dev.type == "cpu":
+        a = _asarray(a)
+    t = object.__new__(Tensor)
+    t._data = a
+    t.dtype = _NP_TO_DTYPE[a.dtype]
+    t.device = dev
+    t.requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._version = [0]
+    t._base = None
+    t._extra = None
+    return t
+
+
+def _resolve(op, device_type: str, dtype):
+    from flow.plugins.manager import ensure_loaded
+    from flow.registry import REGISTRY
+
+    ensure_loaded()
+    return REGISTRY.resolve_kernel(op, device_type, dtype)
+
+
+def _device_mismatch(op, inputs) -> OpError:
+    devs = []
+    for x in inputs:
+        if isinstance(x, Tensor):
+            devs.append(str(x.device))
+        elif isinstance(x, (list, tuple)):
+            devs.extend(str(t.device) for t in x if isinstance(t, Tensor))
+    return OpError(op.name, f"expected all tensors on the same device, got tensors on {sorted(set(devs))}")
+
+
+def _explain(op, inputs, attrs, err: Exception) -> Exception:
+    try:
+        op.meta(*inputs, **attrs)
+    except FlowError as e:
+        return e
+    except Exception:  # a broken meta rule must not hide the kernel's error
+        pass
+    shapes = [tuple(x.shape) if isinstance(x, Tensor) else x for x in inputs]
+    dtypes = [x.dtype for x in inputs if isinstance(x, Tensor)]
+    cls = OpTypeError if isinstance(err, TypeError) else OpError
+    return cls(op.name, f"failed for inputs with shapes {shapes} and dtypes {dtypes}: {type(err).__name__}: {err}")
+
+
+# ---------------------------------------------------------------------------
+# Binary elementwise ops: PyTorch's type promotion, then execute.
+# ---------------------------------------------------------------------------
+_scalar_result_dtype = D.scalar_result_dtype
+_promote = D.promote_types
+_SCALARS = (int, float, bool)
+
+
+def binary(handle, a, b, promote_to_float: bool = False):
+    """Call a binary elementwise op with PyTorch's promotion of tensors and scalars."""
+    op = handle.opdef or handle.resolve()
+    if INTERCEPTORS:
+        return call(handle, *_promote_pair(op, a, b, promote_to_float))
+    return execute(op, _promote_pair(op, a, b, promote_to_float), {})
+
+
+def _promote_pair(op, a, b, promote_to_float):
+    if isinstance(a, Tensor):
+        if isinstance(b, Tensor):
+            ad, bd = a.dtype, b.dtype
+            if ad is bd:
+                if promote_to_float and ad.category != 2:
+                    dt = D._default_dtype
+                    return _cast(a, dt), _cast(b, dt)
+                return a, b
+            # zero-dim tensors take part like scalars unless of a higher category
+            if a._data.ndim == 0 and b._data.ndim != 0 and ad.category <= bd.category:
+                dt = bd
+            elif b._data.ndim == 0 and a._data.ndim != 0 and bd.category <= ad.category:
+                dt = ad
+            else:
+                dt = _promote(ad, bd)
+            if promote_to_float and dt.category != 2:
+                dt = D._default_dtype
+            return (a if ad is dt else _cast(a, dt)), (b if bd is dt else _cast(b, dt))
+        if b.__class__ in _SCALARS or isinstance(b, (int, float, np.number)):
+            dt = _scalar_result_dtype(a.dtype, type(b))
+            if promote_to_float and dt.category != 2:
+                dt = D._default_dtype
+            return (a if a.dtype is dt else _cast(a, dt)), _scalar(b, dt)
+        raise OpTypeError(op.name, f"expected a Tensor or a number as 'other', got {type(b).__name__}")
+    if isinstance(b, Tensor):
+        if a.__class__ in _SCALARS or isinstance(a, (int, float, np.number)):
+            dt = _scalar_result_dtype(b.dtype, type(a))
+            if promote_to_float and dt.category != 2:
+                dt = D._default_dtype
+            return _scalar(a, dt), (b if b.dtype is dt else _cast(b, dt))
+        raise OpTypeError(op.name, f"expected a Tensor or a number as 'input', got {type(a).__name__}")
+    raise OpTypeError(op.name, f"expected at least one Tensor, got {type(a).__name__} and {type(b).__name__}")
+
+
+def _scalar(v, dt):
+    # A Python scalar becomes a NumPy scalar of the result dtype so the kernel's
+    # output has exactly that dtype (NumPy would otherwise pick its own).
+    if dt.category == 1 and isinstance(v, float):
+        return v
+    try:
+        return dt.np.type(v)
+    except OverflowError:
+        raise OpError("scalar", f"value {v} does not fit in {dt}") from None
+
+
+def _cast(t, dt):
+    from flow.ops.conversion import to_dtype
+
+    return to_dtype(t, dt)

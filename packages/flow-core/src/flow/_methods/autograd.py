@@ -1,0 +1,98 @@
+"""Tensor methods for autograd: backward, detach, requires_grad_, hooks."""
+
+from __future__ import annotations
+
+
+class AutogradMethods:
+    __slots__ = ()
+
+    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
+                 inputs=None) -> None:
+        """Accumulate d(self)/d(leaf) into each leaf's ``.grad`` (see :func:`flow.autograd.backward`)."""
+        from flow.autograd import backward
+
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+    def detach(self):
+        """A tensor sharing storage with this one, cut from the autograd graph."""
+        from flow._tensor import Tensor
+
+        t = Tensor._make(self._data, self.dtype, self.device)
+        t._version = self._version
+        t._base = self._base
+        return t
+
+    def detach_(self):
+        self.grad_fn = None
+        self.requires_grad = False
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True):
+        """Set whether autograd records ops on this (leaf) tensor."""
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError("requires_grad_(False): only leaf tensors can stop requiring grad; use detach()")
+        if requires_grad and not self.dtype.is_floating_point:
+            raise RuntimeError(f"only floating-point tensors can require gradients, got {self.dtype}")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` for this non-leaf tensor during backward."""
+        if not self.requires_grad:
+            raise RuntimeError("retain_grad() on a tensor that does not require grad")
+        if self.grad_fn is None:
+            return
+        ext = self._extra if self._extra is not None else {}
+        self._extra = ext
+        if ext.get("retains_grad"):
+            return
+        ext["retains_grad"] = True
+        import weakref
+
+        ref = weakref.ref(self)
+
+        def hook(g):
+            t = ref()
+            if t is not None:
+                gd = g.detach()
+                t.grad = gd.clone() if t.grad is None else t.grad + gd
+            return None
+
+        self.grad_fn.register_hook(self._out_idx, hook)
+
+    @property
+    def retains_grad(self) -> bool:
+        return bool(self._extra and self._extra.get("retains_grad"))
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces it."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+        if self.grad_fn is not None:
+            self.grad_fn.register_hook(self._out_idx, hook)
+            hooks = self.grad_fn.out_hooks[self._out_idx]
+        else:
+            ext = self._extra if self._extra is not None else {}
+            self._extra = ext
+            hooks = ext.setdefault("hooks", [])
+            hooks.append(hook)
+        return _HookHandle(hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        if self.grad_fn is not None:
+            raise RuntimeError("post-accumulate-grad hooks can only be registered on leaf tensors")
+        ext = self._extra if self._extra is not None else {}
+        self._extra = ext
+        hooks = ext.setdefault("post_acc_hooks", [])
+        hooks.append(hook)
+        return _HookHandle(hooks, hook)
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, hook) -> None:
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)

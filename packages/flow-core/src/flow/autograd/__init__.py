@@ -1,0 +1,86 @@
+"""Reverse-mode automatic differentiation (``flow.autograd``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from flow.autograd.engine import run_backward
+from flow.autograd.function import Function, FunctionCtx
+from flow.autograd.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+
+__all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad", "set_grad_enabled",
+           "is_grad_enabled", "inference_mode"]
+
+
+def _seed(t, g):
+    from flow._creation import ones_like, tensor
+    from flow._tensor import Tensor
+
+    if g is None:
+        if t._data.size != 1:
+            raise RuntimeError(
+                f"grad can be implicitly created only for scalar outputs; got a tensor of shape {tuple(t.shape)}. "
+                "Pass gradient= with the same shape"
+            )
+        return ones_like(t)
+    if not isinstance(g, Tensor):
+        g = tensor(g, dtype=t.dtype, device=t.device)
+    if tuple(g.shape) != tuple(t.shape):
+        raise RuntimeError(f"gradient has shape {tuple(g.shape)} but the output has shape {tuple(t.shape)}")
+    return g
+
+
+def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False,
+             inputs=None) -> None:
+    """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves they depend on."""
+    from flow._tensor import Tensor
+
+    if isinstance(tensors, Tensor):
+        tensors = (tensors,)
+        grad_tensors = (grad_tensors,)
+    elif grad_tensors is None:
+        grad_tensors = (None,) * len(tensors)
+    elif isinstance(grad_tensors, Tensor):
+        grad_tensors = (grad_tensors,)
+    if retain_graph is None:
+        retain_graph = create_graph
+    seeds = [_seed(t, g) for t, g in zip(tensors, grad_tensors)]
+    if inputs is not None:
+        if isinstance(inputs, Tensor):
+            inputs = (inputs,)
+        grads = run_backward(tensors, seeds, retain_graph, create_graph, inputs=inputs, allow_unused=True)
+        from flow.autograd.engine import _accumulate_leaf
+
+        for t, g in zip(inputs, grads):
+            if g is not None:
+                _accumulate_leaf(t, g, create_graph)
+        return
+    run_backward(tensors, seeds, retain_graph, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
+         allow_unused: bool = False, materialize_grads: bool = False) -> tuple:
+    """The gradients of ``outputs`` with respect to ``inputs``, returned (not stored in ``.grad``)."""
+    from flow._tensor import Tensor
+
+    single_in = isinstance(inputs, Tensor)
+    if isinstance(outputs, Tensor):
+        outputs = (outputs,)
+    if single_in:
+        inputs = (inputs,)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = (grad_outputs,) * len(outputs) if grad_outputs is None else (grad_outputs,)
+    if retain_graph is None:
+        retain_graph = create_graph
+    seeds = [_seed(t, g) for t, g in zip(outputs, grad_outputs)]
+    res = run_backward(outputs, seeds, retain_graph, create_graph, inputs=list(inputs),
+                       allow_unused=allow_unused or materialize_grads, accumulate=False)
+    if materialize_grads:
+        from flow._creation import zeros_like
+
+        res = tuple(zeros_like(i) if r is None else r for r, i in zip(res, inputs))
+    return res
+
+
+def _seq(x) -> Sequence:
+    return x

@@ -1,0 +1,170 @@
+"""Autograd nodes: one per recorded op call, linking outputs back to inputs.
+
+A node is also the ``ctx`` an op's gradient receives: ``ctx.inputs``,
+``ctx.outputs``, ``ctx.attrs``, ``ctx.input_shape(i)``, ``ctx.needs_input_grad``.
+Saved tensors are checked against their version counters so an in-place
+change after saving is reported instead of silently giving wrong gradients.
+"""
+
+from __future__ import annotations
+
+from flow.errors import FlowError
+
+Tensor = None  # set by flow/__init__ (import cycle)
+
+_FREED = "freed"
+
+
+class Node:
+    """The record of one op call in the autograd graph."""
+
+    __slots__ = ("op", "attrs", "next", "in_meta", "saved_in", "saved_out", "versions", "n_out",
+                 "out_meta", "out_hooks", "fctx", "__weakref__")
+
+    @staticmethod
+    def record(op, inputs: tuple, attrs: dict, outs: tuple) -> "Node":
+        n = Node.__new__(Node)
+        n.op = op
+        n.attrs = attrs
+        nxt = []
+        meta = []
+        versions = []
+        save = op.save
+        save_in = save == "both" or save == "inputs"
+        for x in inputs:
+            if isinstance(x, Tensor):
+                _edge(x, nxt, meta)
+                if save_in:
+                    versions.append((x._version, x._version[0]))
+            elif x.__class__ is list or x.__class__ is tuple:
+                for t in x:
+                    _edge(t, nxt, meta)
+                    if save_in:
+                        versions.append((t._version, t._version[0]))
+            else:  # scalars and absent optional inputs get no gradient
+                nxt.append((None, 0))
+                meta.append(None)
+        n.next = nxt
+        n.in_meta = meta
+        n.saved_in = inputs if save_in else None
+        n.n_out = len(outs)
+        if save == "both" or save == "outputs":
+            n.saved_out = tuple(o._data for o in outs)
+            for o in outs:
+                versions.append((o._version, o._version[0]))
+        else:
+            n.saved_out = None
+        n.versions = versions
+        n.out_meta = tuple((o._data.shape, o.dtype, o.device) for o in outs) if len(outs) > 1 else None
+        n.out_hooks = None
+        n.fctx = None
+        for i, o in enumerate(outs):
+            if o.dtype.is_floating_point:
+                o.requires_grad = True
+                o.grad_fn = n
+                o._out_idx = i
+        return n
+
+    # -- the ctx interface gradients use ---------------------------------
+    @property
+    def inputs(self) -> tuple:
+        s = self.saved_in
+        if s is None:
+            raise FlowError(f"gradient of op '{self.op.name}' used its inputs, but the op saves '{self.op.save}'")
+        if s is _FREED:
+            raise _freed_error()
+        self._check_versions()
+        return s
+
+    @property
+    def outputs(self) -> tuple:
+        s = self.saved_out
+        if s is None:
+            raise FlowError(f"gradient of op '{self.op.name}' used its outputs, but the op saves '{self.op.save}'")
+        if s is _FREED:
+            raise _freed_error()
+        self._check_versions()
+        outs = []
+        for i, a in enumerate(s):
+            t = Tensor._make(a, _dtype_of(a), self._out_device())
+            t.requires_grad = True
+            t.grad_fn = self
+            t._out_idx = i
+            outs.append(t)
+        return tuple(outs)
+
+    def _out_device(self):
+        if self.out_meta is not None:
+            return self.out_meta[0][2]
+        for m in self.in_meta:
+            if m is not None:
+                return m[2]
+        return None
+
+    def input_shape(self, i: int) -> tuple:
+        return self.in_meta[i][0]
+
+    def input_dtype(self, i: int):
+        return self.in_meta[i][1]
+
+    @property
+    def needs_input_grad(self) -> tuple:
+        return tuple(e is not None for e, _ in self.next)
+
+    def _check_versions(self) -> None:
+        for ver, v in self.versions:
+            if ver[0] != v:
+                raise FlowError(
+                    f"one of the tensors needed for the gradient of '{self.op.name}' has been modified by an "
+                    f"in-place operation (version {ver[0]}, expected {v}); use an out-of-place op or .clone()"
+                )
+
+    def release(self) -> None:
+        if self.saved_in is not None:
+            self.saved_in = _FREED
+        if self.saved_out is not None:
+            self.saved_out = _FREED
+        if self.fctx is not None:
+            self.fctx._release()
+
+    @property
+    def released(self) -> bool:
+        return self.saved_in is _FREED or self.saved_out is _FREED
+
+    def name(self) -> str:
+        return f"{self.op.name}Backward"
+
+    @property
+    def next_functions(self) -> tuple:
+        return tuple((e if isinstance(e, Node) else None, i) for e, i in self.next)
+
+    def register_hook(self, idx: int, fn) -> None:
+        if self.out_hooks is None:
+            self.out_hooks = {}
+        self.out_hooks.setdefault(idx, []).append(fn)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+
+def _edge(x, nxt: list, meta: list) -> None:
+    meta.append((x._data.shape, x.dtype, x.device))
+    if not x.requires_grad:
+        nxt.append((None, 0))
+    elif x.grad_fn is None:
+        nxt.append((x, -1))  # leaf: accumulate into x.grad
+    else:
+        nxt.append((x.grad_fn, x._out_idx))
+
+
+def _dtype_of(a):
+    from flow._dtype import NP_TO_DTYPE
+
+    return NP_TO_DTYPE[a.dtype]
+
+
+def _freed_error() -> FlowError:
+    return FlowError(
+        "Trying to backward through the graph a second time (or to use saved tensors after they were freed). "
+        "Pass retain_graph=True to the first backward() if you need to backward twice."
+    )

@@ -1,0 +1,1 @@
+"""Device backends that ship with the core."""

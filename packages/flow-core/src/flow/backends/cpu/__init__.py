@@ -1,0 +1,1 @@
+"""The CPU backend: NumPy arrays plus native kernels from flow._C."""

@@ -1,0 +1,304 @@
+"""Python wrapper around flow-core's native CPU kernels (the ``flow._C`` extension).
+
+Every function takes and returns NumPy arrays. Inputs may be any float32 / float64 array
+(non-contiguous ones are copied with :func:`numpy.ascontiguousarray`); any other dtype raises
+``TypeError`` naming the function and the dtype. Arrays updated in place by the optimizer
+kernels must be C-contiguous and writable, otherwise ``ValueError`` is raised.
+
+If the extension could not be imported, ``HAVE_NATIVE`` is ``False``, ``NATIVE_ERROR`` says
+why, and every kernel function raises ``RuntimeError`` instead of computing anything: callers
+must check ``HAVE_NATIVE`` and use their NumPy implementation when it is ``False``.
+
+Build / rebuild the extension with ``pip install --no-build-isolation -e packages/flow-core``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+try:
+    from flow import _C
+except ImportError as exc:  # extension not built / not importable
+    _C = None
+    HAVE_NATIVE: bool = False
+    NATIVE_ERROR: str | None = f"{type(exc).__name__}: {exc}"
+else:
+    HAVE_NATIVE = True
+    NATIVE_ERROR = None
+
+__all__ = [
+    "HAVE_NATIVE",
+    "NATIVE_ERROR",
+    "adam_update",
+    "gelu_backward",
+    "gelu_forward",
+    "get_num_threads",
+    "layer_norm_backward",
+    "layer_norm_forward",
+    "log_softmax_backward",
+    "log_softmax_forward",
+    "set_num_threads",
+    "sgd_update",
+    "silu_backward",
+    "silu_forward",
+    "softmax_backward",
+    "softmax_forward",
+]
+
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_GELU_APPROX = ("none", "tanh")
+
+
+def _native(fn: str) -> Any:
+    if _C is None:
+        raise RuntimeError(
+            f"{fn}: the flow native extension (flow._C) is not available ({NATIVE_ERROR}); "
+            "check flow.backends.cpu.native.HAVE_NATIVE and use the NumPy implementation, or build it with "
+            "`pip install --no-build-isolation -e packages/flow-core`"
+        )
+    return _C
+
+
+def _check_dtype(fn: str, name: str, a: np.ndarray) -> None:
+    if a.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{fn}: unsupported dtype {a.dtype} for '{name}' (expected float32 or float64)")
+
+
+def _input(fn: str, name: str, a: Any) -> np.ndarray:
+    """A read-only input: any float32/float64 array-like, made C-contiguous if needed."""
+    a = np.asarray(a)
+    _check_dtype(fn, name, a)
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a
+
+
+def _optional_input(fn: str, name: str, a: Any) -> np.ndarray | None:
+    return None if a is None else _input(fn, name, a)
+
+
+def _inplace(fn: str, name: str, a: Any) -> np.ndarray:
+    """An array updated in place: must already be a C-contiguous, writable float array."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{fn}: '{name}' is updated in place and must be a numpy.ndarray, got {type(a).__name__}")
+    _check_dtype(fn, name, a)
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{fn}: '{name}' is updated in place and must be C-contiguous")
+    if not a.flags.writeable:
+        raise ValueError(f"{fn}: '{name}' is updated in place and must be writable")
+    return a
+
+
+def _approximate(fn: str, approximate: str) -> str:
+    if approximate not in _GELU_APPROX:
+        raise ValueError(f"{fn}: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return approximate
+
+
+# ---------------------------------------------------------------------------------------------
+# threads
+
+
+def get_num_threads() -> int:
+    """Number of OpenMP threads the kernels may use (1 when built without OpenMP)."""
+    return int(_native("get_num_threads").get_num_threads())
+
+
+def set_num_threads(n: int) -> None:
+    """Set the OpenMP thread count for kernels called from the current thread."""
+    _native("set_num_threads").set_num_threads(operator.index(n))
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax / log_softmax (last axis)
+
+
+def softmax_forward(x: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax over the last axis."""
+    fn = "softmax_forward"
+    return _native(fn).softmax_forward(_input(fn, "x", x))
+
+
+def softmax_backward(grad_out: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out * (grad_out - sum(grad_out * out, -1, keepdims=True))``."""
+    fn = "softmax_backward"
+    return _native(fn).softmax_backward(_input(fn, "grad_out", grad_out), _input(fn, "out", out))
+
+
+def log_softmax_forward(x: np.ndarray) -> np.ndarray:
+    """Numerically stable log_softmax over the last axis."""
+    fn = "log_softmax_forward"
+    return _native(fn).log_softmax_forward(_input(fn, "x", x))
+
+
+def log_softmax_backward(grad_out: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``grad_out - exp(out) * sum(grad_out, -1, keepdims=True)``."""
+    fn = "log_softmax_backward"
+    return _native(fn).log_softmax_backward(_input(fn, "grad_out", grad_out), _input(fn, "out", out))
+
+
+# ---------------------------------------------------------------------------------------------
+# fused elementwise activations
+
+
+def gelu_forward(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    """GELU: ``approximate="none"`` uses erf, ``"tanh"`` the tanh approximation (as in PyTorch)."""
+    fn = "gelu_forward"
+    return _native(fn).gelu_forward(_input(fn, "x", x), _approximate(fn, approximate))
+
+
+def gelu_backward(grad_out: np.ndarray, x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    """Gradient of GELU w.r.t. its input ``x``."""
+    fn = "gelu_backward"
+    return _native(fn).gelu_backward(
+        _input(fn, "grad_out", grad_out), _input(fn, "x", x), _approximate(fn, approximate)
+    )
+
+
+def silu_forward(x: np.ndarray) -> np.ndarray:
+    """SiLU: ``x * sigmoid(x)``."""
+    fn = "silu_forward"
+    return _native(fn).silu_forward(_input(fn, "x", x))
+
+
+def silu_backward(grad_out: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Gradient of SiLU: ``grad_out * s * (1 + x * (1 - s))`` with ``s = sigmoid(x)``."""
+    fn = "silu_backward"
+    return _native(fn).silu_backward(_input(fn, "grad_out", grad_out), _input(fn, "x", x))
+
+
+# ---------------------------------------------------------------------------------------------
+# layer norm (last axis)
+
+
+def layer_norm_forward(
+    x: np.ndarray, weight: np.ndarray | None = None, bias: np.ndarray | None = None, eps: float = 1e-5
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """LayerNorm over the last axis.
+
+    Returns ``(y, mean, rstd)``; ``y`` has the shape of ``x``, ``mean`` and ``rstd`` have shape
+    ``x.shape[:-1]`` and the dtype of ``x`` (``rstd = 1 / sqrt(var + eps)``, biased variance).
+    ``weight`` / ``bias`` have shape ``(x.shape[-1],)`` and the dtype of ``x``.
+    """
+    fn = "layer_norm_forward"
+    return tuple(
+        _native(fn).layer_norm_forward(
+            _input(fn, "x", x), _optional_input(fn, "weight", weight), _optional_input(fn, "bias", bias), float(eps)
+        )
+    )
+
+
+def layer_norm_backward(
+    grad_out: np.ndarray,
+    x: np.ndarray,
+    mean: np.ndarray,
+    rstd: np.ndarray,
+    weight: np.ndarray | None = None,
+    *,
+    need_weight_grad: bool | None = None,
+    need_bias_grad: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Backward of :func:`layer_norm_forward`: returns ``(dx, dweight, dbias)``.
+
+    ``mean`` / ``rstd`` are the forward's outputs (any shape with one element per row of ``x``).
+    ``dweight`` is computed when ``need_weight_grad`` (default: ``weight is not None``), ``dbias``
+    when ``need_bias_grad`` (default: ``weight is not None``; pass it explicitly for a layer that
+    has a bias but no weight, or a weight but no bias); otherwise they are ``None``.
+    """
+    fn = "layer_norm_backward"
+    if need_weight_grad is None:
+        need_weight_grad = weight is not None
+    if need_bias_grad is None:
+        need_bias_grad = weight is not None
+    return tuple(
+        _native(fn).layer_norm_backward(
+            _input(fn, "grad_out", grad_out),
+            _input(fn, "x", x),
+            _input(fn, "mean", mean),
+            _input(fn, "rstd", rstd),
+            _optional_input(fn, "weight", weight),
+            bool(need_weight_grad),
+            bool(need_bias_grad),
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# fused optimizer steps (in place, flat buffers of equal size and dtype)
+
+
+def sgd_update(
+    param: np.ndarray,
+    grad: np.ndarray,
+    momentum_buf: np.ndarray | None,
+    lr: float,
+    momentum: float,
+    dampening: float,
+    nesterov: bool,
+    weight_decay: float,
+    first_step: bool,
+) -> None:
+    """One torch.optim.SGD step, updating ``param`` (and ``momentum_buf``) in place.
+
+    ``momentum_buf`` is required when ``momentum != 0`` (ignored otherwise); on ``first_step``
+    it is overwritten with the (weight-decayed) gradient, as PyTorch initialises its buffer.
+    """
+    fn = "sgd_update"
+    param = _inplace(fn, "param", param)
+    buf = _inplace(fn, "momentum_buf", momentum_buf) if momentum_buf is not None else None
+    _native(fn).sgd_update(
+        param,
+        _input(fn, "grad", grad),
+        buf,
+        float(lr),
+        float(momentum),
+        float(dampening),
+        bool(nesterov),
+        float(weight_decay),
+        bool(first_step),
+    )
+
+
+def adam_update(
+    param: np.ndarray,
+    grad: np.ndarray,
+    exp_avg: np.ndarray,
+    exp_avg_sq: np.ndarray,
+    max_exp_avg_sq: np.ndarray | None,
+    step: int,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+    amsgrad: bool,
+) -> None:
+    """One torch.optim.Adam (``decoupled=False``) / AdamW (``decoupled=True``) step, in place.
+
+    ``step`` is the 1-based step count *after* incrementing (as in PyTorch). Updates ``param``,
+    ``exp_avg``, ``exp_avg_sq`` and, with ``amsgrad``, ``max_exp_avg_sq`` (required then).
+    """
+    fn = "adam_update"
+    param = _inplace(fn, "param", param)
+    exp_avg = _inplace(fn, "exp_avg", exp_avg)
+    exp_avg_sq = _inplace(fn, "exp_avg_sq", exp_avg_sq)
+    vmax = _inplace(fn, "max_exp_avg_sq", max_exp_avg_sq) if max_exp_avg_sq is not None else None
+    _native(fn).adam_update(
+        param,
+        _input(fn, "grad", grad),
+        exp_avg,
+        exp_avg_sq,
+        vmax,
+        operator.index(step),
+        float(lr),
+        float(beta1),
+        float(beta2),
+        float(eps),
+        float(weight_decay),
+        bool(decoupled),
+        bool(amsgrad),
+    )

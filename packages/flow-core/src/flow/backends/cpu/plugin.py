@@ -1,0 +1,23 @@
+"""Built-in plugin ``flow.cpu``: the ``cpu`` device type and native CPU kernels.
+
+The generic NumPy kernels (registered by ``flow.ops``) serve the CPU; this
+plugin overrides the hot ones with native kernels from ``flow._C`` when the
+extension is built.
+"""
+
+from __future__ import annotations
+
+from flow.plugins import hookimpl
+from flow.registry.devices import CPU_DEVICE_TYPE
+
+
+@hookimpl
+def flow_register_device_types(registry) -> None:
+    registry.register_device_type(CPU_DEVICE_TYPE)
+
+
+@hookimpl
+def flow_register_kernels(registry) -> None:
+    from flow.backends.cpu import kernels
+
+    kernels.register(registry)

@@ -1,0 +1,11 @@
+"""The core's ops, declared next to their Python functions (see :mod:`flow.ops._define`).
+
+``flow.ops.call(name, *tensors, **attrs)`` runs any registered op by name,
+including ops added by plugins.
+"""
+
+from __future__ import annotations
+
+from flow._dispatch import call
+
+__all__ = ["call"]

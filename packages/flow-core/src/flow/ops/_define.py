@@ -1,0 +1,43 @@
+"""How the core declares its ops: next to the Python function that calls them.
+
+``defop`` records an op's schema, meta rule and gradient; ``kernel`` records
+a reference kernel. Nothing is registered at import: the built-in plugin
+:mod:`flow.ops.plugin` registers everything recorded here through the same
+hooks a third-party plugin uses.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from flow._dispatch import OpHandle
+from flow.registry.ops import Attr, schema
+
+OP_SPECS: list[dict] = []
+KERNEL_SPECS: list[dict] = []
+
+
+def defop(name: str, inputs: Sequence[str], attrs: Sequence[Attr] = (), outputs: Sequence[str] = ("out",), *,
+          meta: Callable, grad: Callable | None = None, save: str = "both", elementwise: bool = False,
+          samples: Callable | None = None, **kwargs) -> OpHandle:
+    """Declare a core op and return its handle (what the Python function calls)."""
+    OP_SPECS.append(dict(schema=schema(name, inputs, attrs, outputs), meta=meta, grad=grad, save=save,
+                         elementwise=elementwise, samples=samples, **kwargs))
+    return OpHandle(name)
+
+
+def kernel(op: str | OpHandle, device: str = "generic", *, dtypes=None, name: str = "default"):
+    """Decorator: record a kernel for ``op``. ``device="generic"`` takes a factory ``fn(xp)``."""
+    opname = op.name if isinstance(op, OpHandle) else op
+
+    def deco(fn):
+        KERNEL_SPECS.append(dict(op=opname, device=device, fn=fn, dtypes=dtypes, name=name))
+        return fn
+
+    return deco
+
+
+def generic(op: str | OpHandle, fn_of_xp: Callable) -> None:
+    """Record a generic kernel given as a factory of the array module (``lambda xp: xp.exp``)."""
+    opname = op.name if isinstance(op, OpHandle) else op
+    KERNEL_SPECS.append(dict(op=opname, device="generic", fn=fn_of_xp, dtypes=None, name="default"))

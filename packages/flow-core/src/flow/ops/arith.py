@@ -1,0 +1,230 @@
+"""Binary arithmetic: add sub mul div pow maximum minimum remainder floor_divide, with broadcasting."""
+
+from __future__ import annotations
+
+from flow._dispatch import binary
+from flow.ops import meta as M
+from flow.ops._define import defop, generic
+from flow.ops._grad_util import sum_to_shape
+
+
+def _shape(ctx, i):
+    return ctx.input_shape(i)
+
+
+def _add_grad(ctx, g):
+    return (sum_to_shape(g, _shape(ctx, 0)) if ctx.next[0][0] is not None else None,
+            sum_to_shape(g, _shape(ctx, 1)) if ctx.next[1][0] is not None else None)
+
+
+def _sub_grad(ctx, g):
+    return (sum_to_shape(g, _shape(ctx, 0)) if ctx.next[0][0] is not None else None,
+            sum_to_shape(-g, _shape(ctx, 1)) if ctx.next[1][0] is not None else None)
+
+
+def _mul_grad(ctx, g):
+    a, b = ctx.inputs
+    ga = sum_to_shape(g * b, _shape(ctx, 0)) if ctx.next[0][0] is not None else None
+    gb = sum_to_shape(g * a, _shape(ctx, 1)) if ctx.next[1][0] is not None else None
+    return ga, gb
+
+
+def _div_grad(ctx, g):
+    a, b = ctx.inputs
+    ga = sum_to_shape(g / b, _shape(ctx, 0)) if ctx.next[0][0] is not None else None
+    gb = sum_to_shape(-g * a / (b * b), _shape(ctx, 1)) if ctx.next[1][0] is not None else None
+    return ga, gb
+
+
+def _pow_grad(ctx, g):
+    a, b = ctx.inputs
+    (out,) = ctx.outputs
+    ga = gb = None
+    if ctx.next[0][0] is not None:
+        ga = sum_to_shape(g * b * a ** (b - 1), _shape(ctx, 0))
+    if ctx.next[1][0] is not None:
+        from flow.ops.unary import log, where
+
+        safe = where(a > 0, a, 1.0)
+        gb = sum_to_shape(g * out * log(safe) * (a > 0), _shape(ctx, 1))
+    return ga, gb
+
+
+def _minmax_grad(pick_a):
+    def grad(ctx, g):
+        a, b = ctx.inputs
+        from flow.ops.unary import where
+
+        sel = pick_a(a, b)
+        tie = a == b
+        half = g * 0.5
+        ga = gb = None
+        if ctx.next[0][0] is not None:
+            ga = sum_to_shape(where(tie, half, where(sel, g, 0.0)), _shape(ctx, 0))
+        if ctx.next[1][0] is not None:
+            gb = sum_to_shape(where(tie, half, where(sel, 0.0, g)), _shape(ctx, 1))
+        return ga, gb
+
+    return grad
+
+
+def _remainder_grad(ctx, g):
+    return sum_to_shape(g, _shape(ctx, 0)) if ctx.next[0][0] is not None else None, None
+
+
+ADD = defop("add", ["input", "other"], meta=M.elementwise("add"), grad=_add_grad, save="none", elementwise=True)
+SUB = defop("sub", ["input", "other"], meta=M.elementwise("sub"), grad=_sub_grad, save="none", elementwise=True)
+MUL = defop("mul", ["input", "other"], meta=M.elementwise("mul"), grad=_mul_grad, save="inputs", elementwise=True)
+DIV = defop("div", ["input", "other"], meta=M.elementwise("div"), grad=_div_grad, save="inputs", elementwise=True)
+POW = defop("pow", ["input", "exponent"], meta=M.elementwise("pow"), grad=_pow_grad, save="both", elementwise=True)
+MAXIMUM = defop("maximum", ["input", "other"], meta=M.elementwise("maximum"),
+                grad=_minmax_grad(lambda a, b: a > b), save="inputs", elementwise=True)
+MINIMUM = defop("minimum", ["input", "other"], meta=M.elementwise("minimum"),
+                grad=_minmax_grad(lambda a, b: a < b), save="inputs", elementwise=True)
+REMAINDER = defop("remainder", ["input", "other"], meta=M.elementwise("remainder"), grad=_remainder_grad,
+                  save="none", elementwise=True)
+FMOD = defop("fmod", ["input", "other"], meta=M.elementwise("fmod"), grad=_remainder_grad, save="none",
+             elementwise=True)
+FLOOR_DIVIDE = defop("floor_divide", ["input", "other"], meta=M.elementwise("floor_divide"), save="none",
+                     elementwise=True)
+ATAN2 = defop("atan2", ["input", "other"], meta=M.elementwise("atan2"), save="inputs", elementwise=True,
+              grad=lambda ctx, g: (
+                  sum_to_shape(g * ctx.inputs[1] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2), ctx.input_shape(0)),
+                  sum_to_shape(-g * ctx.inputs[0] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2),
+                               ctx.input_shape(1))))
+
+
+def _div_kernel(xp):
+    def run(a, b):
+        # Integer inputs were promoted to float by the caller (true division).
+        return xp.true_divide(a, b)
+
+    return run
+
+
+def _pow_kernel(xp):
+    def run(a, b):
+        r = xp.power(a, b)
+        return r
+
+    return run
+
+
+def _int_safe(fn_name):
+    def factory(xp):
+        f = getattr(xp, fn_name)
+
+        def run(a, b):
+            if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and xp.any(xp.asarray(b) == 0):
+                raise ZeroDivisionError(f"{fn_name}: integer division by zero")
+            return f(a, b)
+
+        return run
+
+    return factory
+
+
+generic(ADD, lambda xp: xp.add)
+generic(SUB, lambda xp: xp.subtract)
+generic(MUL, lambda xp: xp.multiply)
+generic(DIV, _div_kernel)
+generic(POW, _pow_kernel)
+generic(MAXIMUM, lambda xp: xp.maximum)
+generic(MINIMUM, lambda xp: xp.minimum)
+generic(REMAINDER, _int_safe("remainder"))
+generic(FMOD, _int_safe("fmod"))
+generic(FLOOR_DIVIDE, _int_safe("floor_divide"))
+generic(ATAN2, lambda xp: xp.arctan2)
+
+
+def add(input, other, *, alpha=1):
+    """``input + alpha * other`` with broadcasting and PyTorch's type promotion."""
+    if alpha != 1:
+        other = other * alpha
+    return binary(ADD, input, other)
+
+
+def sub(input, other, *, alpha=1):
+    """``input - alpha * other``."""
+    if alpha != 1:
+        other = other * alpha
+    return binary(SUB, input, other)
+
+
+def rsub(input, other, *, alpha=1):
+    return sub(other, input, alpha=alpha)
+
+
+def mul(input, other):
+    """Elementwise product with broadcasting."""
+    return binary(MUL, input, other)
+
+
+def div(input, other, *, rounding_mode: str | None = None):
+    """True division (integers give floats); ``rounding_mode`` 'trunc' or 'floor' as in PyTorch."""
+    if rounding_mode is None:
+        return binary(DIV, input, other, promote_to_float=True)
+    if rounding_mode == "floor":
+        return binary(FLOOR_DIVIDE, input, other)
+    if rounding_mode == "trunc":
+        from flow.ops.unary import trunc
+
+        q = binary(DIV, input, other, promote_to_float=True)
+        r = trunc(q)
+        from flow._tensor import Tensor
+
+        dt = input.dtype if isinstance(input, Tensor) else other.dtype
+        return r if dt.is_floating_point else r.to(q.dtype if dt.is_floating_point else dt)
+    from flow.errors import OpError
+
+    raise OpError("div", f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+
+def true_divide(input, other):
+    return div(input, other)
+
+
+def floor_divide(input, other):
+    return binary(FLOOR_DIVIDE, input, other)
+
+
+def pow(input, exponent):  # noqa: A001 - PyTorch's name
+    """``input ** exponent`` elementwise."""
+    return binary(POW, input, exponent)
+
+
+def float_power(input, exponent):
+    return pow(input.double() if hasattr(input, "double") else input, exponent)
+
+
+def maximum(input, other):
+    """Elementwise maximum (NaN-propagating); ties split the gradient evenly."""
+    return binary(MAXIMUM, input, other)
+
+
+def minimum(input, other):
+    """Elementwise minimum (NaN-propagating); ties split the gradient evenly."""
+    return binary(MINIMUM, input, other)
+
+
+def remainder(input, other):
+    """Python-style modulus (sign of the divisor), as ``torch.remainder``."""
+    return binary(REMAINDER, input, other)
+
+
+def fmod(input, other):
+    """C-style modulus (sign of the dividend), as ``torch.fmod``."""
+    return binary(FMOD, input, other)
+
+
+def atan2(input, other):
+    return binary(ATAN2, input, other, promote_to_float=True)
+
+
+arctan2 = atan2
+multiply = mul
+divide = div
+subtract = sub
+
+
+__all__ = ["add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "pow", "float_power", "maximum", "minimum", "remainder", "fmod", "atan2", "arctan2", "multiply", "divide", "subtract"]

@@ -1,0 +1,147 @@
+"""Comparisons, logical and bitwise ops, and float classification (isnan, isinf, isfinite)."""
+
+from __future__ import annotations
+
+from flow import _dtype as D
+from flow._dispatch import binary, call
+from flow.errors import OpTypeError
+from flow.ops import meta as M
+from flow.ops._define import defop, generic
+
+
+def _def_cmp(name, np_name):
+    h = defop(name, ["input", "other"], meta=M.elementwise(name, out_dtype=D.bool), save="none", elementwise=True)
+    generic(h, lambda xp, n=np_name: getattr(xp, n))
+
+    def fn(input, other):
+        return binary(h, input, other)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` comparison giving a bool tensor."
+    return h, fn
+
+
+EQ, eq = _def_cmp("eq", "equal")
+NE, ne = _def_cmp("ne", "not_equal")
+LT, lt = _def_cmp("lt", "less")
+LE, le = _def_cmp("le", "less_equal")
+GT, gt = _def_cmp("gt", "greater")
+GE, ge = _def_cmp("ge", "greater_equal")
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+
+
+def _bool_meta(name):
+    rule = M.elementwise(name, out_dtype=D.bool)
+    return rule
+
+
+def _def_logical(name, np_name):
+    h = defop(name, ["input", "other"], meta=_bool_meta(name), save="none", elementwise=True)
+    generic(h, lambda xp, n=np_name: getattr(xp, n))
+
+    def fn(input, other):
+        return binary(h, input, other)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name.replace('_', ' ')}, treating nonzero as True."
+    return h, fn
+
+
+LOGICAL_AND, logical_and = _def_logical("logical_and", "logical_and")
+LOGICAL_OR, logical_or = _def_logical("logical_or", "logical_or")
+LOGICAL_XOR, logical_xor = _def_logical("logical_xor", "logical_xor")
+
+LOGICAL_NOT = defop("logical_not", ["input"], meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device),
+                    save="none", elementwise=True)
+generic(LOGICAL_NOT, lambda xp: xp.logical_not)
+
+
+def logical_not(input):
+    """Elementwise NOT, giving a bool tensor."""
+    return call(LOGICAL_NOT, input)
+
+
+def _int_meta(name):
+    def rule(a, b):
+        m = M.elementwise(name)(a, b)
+        if m.dtype.is_floating_point:
+            raise OpTypeError(name, f"expected integer or bool tensors, got {m.dtype}")
+        return m
+
+    return rule
+
+
+def _def_bitwise(name, np_name):
+    h = defop(name, ["input", "other"], meta=_int_meta(name), save="none", elementwise=True, eager_meta=True)
+    generic(h, lambda xp, n=np_name: getattr(xp, n))
+
+    def fn(input, other):
+        return binary(h, input, other)
+
+    fn.__name__ = name
+    return h, fn
+
+
+BITWISE_AND, bitwise_and = _def_bitwise("bitwise_and", "bitwise_and")
+BITWISE_OR, bitwise_or = _def_bitwise("bitwise_or", "bitwise_or")
+BITWISE_XOR, bitwise_xor = _def_bitwise("bitwise_xor", "bitwise_xor")
+
+
+def _bnot_meta(x):
+    if x.dtype.is_floating_point:
+        raise OpTypeError("bitwise_not", f"expected an integer or bool tensor, got {x.dtype}")
+    return M.same(x)
+
+
+BITWISE_NOT = defop("bitwise_not", ["input"], meta=_bnot_meta, save="none", elementwise=True, eager_meta=True)
+generic(BITWISE_NOT, lambda xp: xp.invert)
+
+
+def bitwise_not(input):
+    return call(BITWISE_NOT, input)
+
+
+def _def_class(name, np_name):
+    h = defop(name, ["input"], meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device), save="none",
+              elementwise=True)
+    generic(h, lambda xp, n=np_name: getattr(xp, n))
+
+    def fn(input):
+        if not input.dtype.is_floating_point:
+            from flow._creation import zeros_like, ones_like
+
+            return ones_like(input, dtype=D.bool) if name == "isfinite" else zeros_like(input, dtype=D.bool)
+        return call(h, input)
+
+    fn.__name__ = name
+    return h, fn
+
+
+ISNAN, isnan = _def_class("isnan", "isnan")
+ISINF, isinf = _def_class("isinf", "isinf")
+ISFINITE, isfinite = _def_class("isfinite", "isfinite")
+
+
+def equal(input, other) -> bool:
+    """True when both tensors have the same shape and elements."""
+    if tuple(input.shape) != tuple(other.shape):
+        return False
+    return bool(eq(input, other).all().item())
+
+
+def allclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    return bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+
+
+def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+    from flow.ops.unary import abs as _abs
+
+    diff = _abs(input - other)
+    ok = diff <= atol + rtol * _abs(other)
+    ok = ok | (input == other)
+    if equal_nan:
+        ok = ok | (isnan(input) & isnan(other))
+    return ok
+
+
+__all__ = ["eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite", "equal", "allclose", "isclose"]

@@ -1,0 +1,76 @@
+"""Dtype casts, copies and device transfers."""
+
+from __future__ import annotations
+
+from flow import _dtype as D
+from flow._dispatch import call
+from flow.errors import OpTypeError
+from flow.ops import meta as M
+from flow.ops._define import defop, kernel
+from flow.registry.ops import Attr
+
+
+def _cast_meta(x, dtype):
+    return M.TensorMeta(tuple(x.shape), D.as_dtype(dtype), x.device)
+
+
+def _cast_grad(ctx, g):
+    src = ctx.input_dtype(0)
+    return (g.to(src) if src.is_floating_point else None,)
+
+
+CAST = defop("cast", ["x"], [Attr("dtype", str)], meta=_cast_meta, grad=_cast_grad, save="none")
+
+
+@kernel(CAST)
+def _cast_kernel(xp):
+    def run(x, dtype):
+        return x.astype(D.as_dtype(dtype).np)
+
+    return run
+
+
+def to_dtype(x, dtype) -> "Tensor":  # noqa: F821
+    """Cast ``x`` to ``dtype`` (a no-op returning ``x`` when it already has it)."""
+    dtype = D.as_dtype(dtype)
+    if x.dtype is dtype:
+        return x
+    return call(CAST, x, dtype=dtype.name)
+
+
+CLONE = defop("clone", ["x"], meta=M.same, grad=lambda ctx, g: (g,), save="none")
+
+
+@kernel(CLONE)
+def _clone_kernel(xp):
+    def run(x):
+        return xp.array(x, copy=True)
+
+    return run
+
+
+def clone(x, *, memory_format=None) -> "Tensor":  # noqa: F821
+    """A copy of ``x`` with its own storage; gradients flow back to ``x``."""
+    return call(CLONE, x)
+
+
+CONTIGUOUS = defop("contiguous", ["x"], meta=M.same, grad=lambda ctx, g: (g,), save="none")
+
+
+@kernel(CONTIGUOUS)
+def _contig_kernel(xp):
+    return xp.ascontiguousarray
+
+
+def contiguous(x) -> "Tensor":  # noqa: F821
+    flags = getattr(x._data, "flags", None)
+    if flags is None or flags.c_contiguous:
+        return x
+    return call(CONTIGUOUS, x)
+
+
+def check_tensor(op: str, x, arg: str = "input") -> None:
+    from flow._tensor import Tensor
+
+    if not isinstance(x, Tensor):
+        raise OpTypeError(op, f"'{arg}' must be a Tensor, got {type(x).__name__}")

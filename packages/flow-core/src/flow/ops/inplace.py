@@ -1,0 +1,65 @@
+"""In-place ops: compute functionally, write into the tensor's storage, rebase autograd.
+
+Writing into ``self._data`` in place keeps every view of the same storage in
+sync; the version counter is bumped so a gradient that saved the old values
+is caught. When the gradient of the recorded op needs ``self``'s old values,
+a copy of them is kept in the node before the write.
+"""
+
+from __future__ import annotations
+
+from flow.autograd.grad_mode import STATE
+from flow.errors import FlowError, OpError
+
+
+def check_inplace_allowed(self, op: str) -> None:
+    if STATE.grad_enabled and self.requires_grad and self.grad_fn is None:
+        raise FlowError(
+            f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
+            "wrap it in flow.no_grad() or use the out-of-place op"
+        )
+
+
+def apply_inplace(self, result, op: str):
+    """Make ``self`` hold ``result`` in place and take over its autograd history."""
+    from flow._tensor import Tensor
+
+    check_inplace_allowed(self, op)
+    if tuple(result._data.shape) != tuple(self._data.shape):
+        raise OpError(op, f"the result of shape {tuple(result.shape)} does not fit in-place into a tensor of "
+                          f"shape {tuple(self.shape)}")
+    if result.dtype is not self.dtype:
+        if result.dtype.category > self.dtype.category:
+            raise OpError(op, f"result type {result.dtype} cannot be cast to the in-place output type {self.dtype}")
+        result = result.to(self.dtype)
+    node = result.grad_fn if result.requires_grad else None
+    if node is not None and self._base is not None and (self._base.requires_grad or self.requires_grad):
+        raise FlowError(
+            f"{op}: in-place modification of a view that takes part in autograd is not supported; "
+            "use the out-of-place op (or .clone() the view first)"
+        )
+    if node is not None and isinstance(node.saved_in, tuple):
+        saved = list(node.saved_in)
+        changed = False
+        for i, x in enumerate(saved):
+            if x is self:
+                snap = Tensor._make(self._data.copy(), self.dtype, self.device)
+                snap.requires_grad = self.requires_grad
+                snap.grad_fn = self.grad_fn
+                if self.grad_fn is not None:
+                    snap._out_idx = self._out_idx
+                saved[i] = snap
+                changed = True
+        if changed:
+            node.saved_in = tuple(saved)
+            node.versions = [(v, n) if v is not self._version else (v, n + 1) for v, n in node.versions]
+    try:
+        self._data[...] = result._data
+    except ValueError as e:
+        raise OpError(op, f"cannot write into this tensor: {e}") from None
+    self._version[0] += 1
+    if node is not None:
+        self.grad_fn = node
+        self._out_idx = result._out_idx
+        self.requires_grad = True
+    return self

@@ -1,0 +1,52 @@
+"""Built-in plugin ``flow.ops``: registers the core's ops and their reference (generic) kernels.
+
+It uses the same hooks as any third-party plugin; the specs come from the
+``defop``/``kernel`` records the op modules make at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from flow.plugins import hookimpl
+
+# Every module that declares core ops; importing them fills the spec lists.
+OP_MODULES = (
+    "flow.ops.conversion",
+    "flow.ops.arith",
+    "flow.ops.unary",
+    "flow.ops.compare",
+    "flow.ops.reduction",
+    "flow.ops.movement",
+    "flow.ops.linalg",
+    "flow.ops.indexing",
+    "flow.ops.shape_ops",
+    "flow.ops.nn_ops",
+)
+
+
+def _import_all() -> None:
+    for m in OP_MODULES:
+        try:
+            importlib.import_module(m)
+        except ModuleNotFoundError as e:
+            if e.name != m:  # a real import error inside the module
+                raise
+
+
+@hookimpl
+def flow_register_ops(registry) -> None:
+    from flow.ops._define import OP_SPECS
+
+    _import_all()
+    for spec in OP_SPECS:
+        spec = dict(spec)
+        registry.register_op(spec.pop("schema"), spec.pop("meta"), spec.pop("grad"), **spec)
+
+
+@hookimpl
+def flow_register_kernels(registry) -> None:
+    from flow.ops._define import KERNEL_SPECS
+
+    for k in KERNEL_SPECS:
+        registry.register_kernel(k["op"], k["device"], k["fn"], dtypes=k["dtypes"], name=k["name"])
