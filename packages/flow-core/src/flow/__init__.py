@@ -74,14 +74,25 @@ from flow._random import (  # noqa: E402
     set_rng_state,
 )
 from flow.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
-from flow.ops.arith import *  # noqa: E402,F403
-
-from flow.ops.compare import *  # noqa: E402,F403
 from flow.ops.conversion import clone, contiguous  # noqa: E402
-from flow.ops.linalg import *  # noqa: E402,F403
-from flow.ops.movement import *  # noqa: E402,F403
-from flow.ops.reduction import *  # noqa: E402,F403
-from flow.ops.unary import *  # noqa: E402,F403
+
+# The functional API: every public name (``__all__``) of these op modules is a flow.* function.
+_PUBLIC_OP_MODULES = ("arith", "compare", "unary", "reduction", "sorting", "movement", "shape_ops", "indexing",
+                      "linalg")
+
+
+def _export_ops() -> None:
+    import importlib
+
+    g = globals()
+    for m in _PUBLIC_OP_MODULES:
+        mod = importlib.import_module("flow.ops." + m)
+        for name in mod.__all__:
+            g[name] = getattr(mod, name)
+
+
+_export_ops()
+from flow import nn, testing  # noqa: E402
 
 float = float32  # noqa: A001 - PyTorch's aliases
 double = float64

@@ -17,6 +17,7 @@ from flow._methods.elementwise import ElementwiseMethods
 from flow._methods.indexing import IndexingMethods
 from flow._methods.linalg import LinalgMethods
 from flow._methods.movement import MovementMethods
+from flow._methods.nn import NNMethods
 from flow._methods.reduction import ReductionMethods
 
 _ndarray = np.ndarray
@@ -30,6 +31,7 @@ class Tensor(
     MovementMethods,
     IndexingMethods,
     LinalgMethods,
+    NNMethods,
 ):
     """A multi-dimensional array on a device, with autograd.
 

@@ -41,3 +41,13 @@ def generic(op: str | OpHandle, fn_of_xp: Callable) -> None:
     """Record a generic kernel given as a factory of the array module (``lambda xp: xp.exp``)."""
     opname = op.name if isinstance(op, OpHandle) else op
     KERNEL_SPECS.append(dict(op=opname, device="generic", fn=fn_of_xp, dtypes=None, name="default"))
+
+
+def set_samples(op: str | OpHandle, fn: Callable) -> None:
+    """Attach opcheck samples to an op declared earlier (``fn() -> iterable of SampleInput``)."""
+    opname = op.name if isinstance(op, OpHandle) else op
+    for spec in OP_SPECS:
+        if spec["schema"].name == opname:
+            spec["samples"] = fn
+            return
+    raise KeyError(f"set_samples: no core op named '{opname}'")

@@ -227,4 +227,17 @@ divide = div
 subtract = sub
 
 
+
+# -- opcheck samples ------------------------------------------------------------------
+from flow.ops import _samples as S  # noqa: E402
+from flow.ops._define import set_samples  # noqa: E402
+
+for _h in (ADD, SUB, MUL, MAXIMUM, MINIMUM, ATAN2):
+    set_samples(_h, S.binary())
+set_samples(DIV, S.binary(b_low=0.5, b_high=2.0))
+set_samples(POW, S.binary(0.5, 2.0, -1.5, 1.5))
+set_samples(REMAINDER, S.binary(0.1, 0.9, 1.5, 2.0))
+set_samples(FMOD, S.binary(0.1, 0.9, 1.5, 2.0))
+set_samples(FLOOR_DIVIDE, S.binary(b_low=0.5, b_high=2.0, grad=False))
+
 __all__ = ["add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "pow", "float_power", "maximum", "minimum", "remainder", "fmod", "atan2", "arctan2", "multiply", "divide", "subtract"]

@@ -144,4 +144,44 @@ def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: b
     return ok
 
 
+
+# -- opcheck samples ------------------------------------------------------------------
+from flow.ops import _samples as S  # noqa: E402
+from flow.ops._define import set_samples  # noqa: E402
+from flow.testing import SampleInput  # noqa: E402
+
+
+def _cmp_samples():
+    a = S.ints((3, 4), -2, 3, seed=1).double()
+    yield SampleInput((a, S.ints((3, 4), -2, 3, seed=2).double()))
+    yield SampleInput((a, S.ints((4,), -2, 3, seed=3).double()))
+
+
+def _bool2():
+    yield SampleInput((S.bools((3, 4), 1), S.bools((3, 4), 2)))
+    yield SampleInput((S.bools((3, 4), 1), S.bools((4,), 3)))
+
+
+def _int2():
+    yield SampleInput((S.ints((3, 4), 0, 16, 1), S.ints((3, 4), 0, 16, 2)))
+    yield SampleInput((S.bools((3, 4), 1), S.bools((3, 4), 2)))
+
+
+def _classify():
+    import numpy as np
+
+    yield SampleInput((S.t(np.array([0.0, -1.5, np.inf, -np.inf, np.nan, 3.0])),))
+
+
+for _h in (EQ, NE, LT, LE, GT, GE):
+    set_samples(_h, _cmp_samples)
+for _h in (LOGICAL_AND, LOGICAL_OR, LOGICAL_XOR):
+    set_samples(_h, _bool2)
+set_samples(LOGICAL_NOT, lambda: [SampleInput((S.bools((3, 4)),))])
+for _h in (BITWISE_AND, BITWISE_OR, BITWISE_XOR):
+    set_samples(_h, _int2)
+set_samples(BITWISE_NOT, lambda: [SampleInput((S.ints((3, 4), 0, 16),)), SampleInput((S.bools((5,)),))])
+for _h in (ISNAN, ISINF, ISFINITE):
+    set_samples(_h, _classify)
+
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite", "equal", "allclose", "isclose"]

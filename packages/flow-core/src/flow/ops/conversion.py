@@ -69,6 +69,26 @@ def contiguous(x) -> "Tensor":  # noqa: F821
     return call(CONTIGUOUS, x)
 
 
+
+# -- opcheck samples --------------------------------------------------------------------
+from flow.ops import _samples as S  # noqa: E402
+from flow.ops._define import set_samples  # noqa: E402
+from flow.testing import SampleInput  # noqa: E402
+
+
+def _cast_samples():
+    x = S.uniform((3, 4), seed=1)
+    for name in ("float32", "float64", "float16", "bfloat16"):
+        # only a float64 round trip is exact enough for finite differences
+        yield SampleInput((x,), {"dtype": name}, rtol=1e-2, atol=1e-2, grad=name == "float64")
+    yield SampleInput((x,), {"dtype": "int64"}, grad=False)
+    yield SampleInput((S.ints((5,), 0, 3),), {"dtype": "bool"})
+
+
+set_samples(CAST, _cast_samples)
+set_samples(CLONE, S.unary())
+set_samples(CONTIGUOUS, lambda: [SampleInput((S.uniform((4, 3), seed=1).t(),))])
+
 def check_tensor(op: str, x, arg: str = "input") -> None:
     from flow._tensor import Tensor
 

@@ -89,4 +89,22 @@ def bmm(input, mat2):
     return matmul(input, mat2)
 
 
+
+# -- opcheck samples ------------------------------------------------------------------
+from flow.ops import _samples as S  # noqa: E402
+from flow.ops._define import set_samples  # noqa: E402
+from flow.testing import SampleInput  # noqa: E402
+
+
+def _mm_samples():
+    yield SampleInput((S.uniform((3, 4), seed=1), S.uniform((4, 5), seed=2)))
+    yield SampleInput((S.uniform((2, 3, 4), seed=3), S.uniform((4, 2), seed=4)))
+    yield SampleInput((S.uniform((2, 1, 3, 4), seed=5), S.uniform((3, 4, 2), seed=6)))
+    yield SampleInput((S.uniform((4,), seed=7), S.uniform((4, 3), seed=8)))
+    yield SampleInput((S.uniform((3, 4), seed=9), S.uniform((4,), seed=10)))
+    yield SampleInput((S.uniform((4,), seed=11), S.uniform((4,), seed=12)))
+
+
+set_samples(MATMUL, _mm_samples)
+
 __all__ = ["matmul", "mm", "bmm"]

@@ -245,4 +245,17 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1):
     return reshape(input, s[:a] + (n,) + s[b + 1:])
 
 
+
+# -- opcheck samples ------------------------------------------------------------------
+from flow.ops import _samples as S  # noqa: E402
+from flow.ops._define import set_samples  # noqa: E402
+from flow.testing import SampleInput  # noqa: E402
+
+set_samples(RESHAPE, lambda: [SampleInput((S.uniform((2, 3, 4), seed=1),), {"shape": (6, 4)}),
+                              SampleInput((S.uniform((6,), seed=2),), {"shape": (2, 1, 3)})])
+set_samples(PERMUTE, lambda: [SampleInput((S.uniform((2, 3, 4), seed=1),), {"dims": (2, 0, 1)}),
+                              SampleInput((S.uniform((2, 3), seed=2),), {"dims": (1, 0)})])
+set_samples(EXPAND, lambda: [SampleInput((S.uniform((3, 1), seed=1),), {"shape": (2, 3, 4)}),
+                             SampleInput((S.uniform((1,), seed=2),), {"shape": (5,)})])
+
 __all__ = ["reshape", "view", "permute", "transpose", "swapaxes", "swapdims", "t", "expand", "expand_as", "unsqueeze", "squeeze", "flatten"]

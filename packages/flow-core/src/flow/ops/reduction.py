@@ -90,4 +90,22 @@ def mean(input, dim=None, keepdim: bool = False, *, dtype=None):
     return call(MEAN, input, dim=_dims_attr(dim), keepdim=bool(keepdim))
 
 
+
+# -- opcheck samples ---------------------------------------------------------------------
+from flow.ops import _samples as S  # noqa: E402
+from flow.ops._define import set_samples  # noqa: E402
+from flow.testing import SampleInput  # noqa: E402
+
+
+def _red_samples():
+    x = S.uniform((2, 3, 4), seed=1)
+    yield SampleInput((x,), {"dim": None, "keepdim": False})
+    yield SampleInput((x,), {"dim": (1,), "keepdim": False})
+    yield SampleInput((x,), {"dim": (0, 2), "keepdim": True})
+    yield SampleInput((x,), {"dim": (-1,), "keepdim": False})
+
+
+set_samples(SUM, _red_samples)
+set_samples(MEAN, _red_samples)
+
 __all__ = ["sum", "mean"]

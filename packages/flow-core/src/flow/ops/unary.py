@@ -548,4 +548,55 @@ def nan_to_num(input, nan: float = 0.0, posinf: float | None = None, neginf: flo
 
 
 
+
+# -- opcheck samples ---------------------------------------------------------------------
+from flow.ops import _samples as S  # noqa: E402
+from flow.ops._define import set_samples  # noqa: E402
+from flow.testing import SampleInput  # noqa: E402
+
+for _h in (EXP, EXPM1, SIN, COS, TANH, SIGMOID, ERF, ATAN, SINH, COSH, NEG, SQUARE_OP):
+    set_samples(_h, S.unary())
+for _h in (LOG, LOG2, LOG10, SQRT, RSQRT, RECIPROCAL):
+    set_samples(_h, S.unary(0.3, 3.0))
+set_samples(LOG1P, S.unary(-0.5, 2.0))
+set_samples(TAN, S.unary(-1.0, 1.0))
+set_samples(ASIN, S.unary(-0.8, 0.8))
+set_samples(ACOS, S.unary(-0.8, 0.8))
+for _h in (ABS, SIGN, RELU, FLOOR, CEIL, ROUND, TRUNC):
+    set_samples(_h, S.unary(kinks=(-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0)))
+
+
+def _gelu_samples():
+    for approx in ("none", "tanh"):
+        yield SampleInput((S.uniform((3, 5), -3, 3, 1),), {"approximate": approx})
+
+
+def _gelu_bw_samples():
+    for approx in ("none", "tanh"):
+        yield SampleInput((S.uniform((3, 5), -1, 1, 2), S.uniform((3, 5), -3, 3, 1)), {"approximate": approx})
+
+
+def _softplus_samples():
+    yield SampleInput((S.uniform((3, 4), -3, 3, 1),), {"beta": 1.0, "threshold": 20.0})
+    yield SampleInput((S.away_from((3, 4), (2.0,), -3, 6, seed=2),), {"beta": 2.0, "threshold": 4.0})
+
+
+def _clamp_samples():
+    x = S.away_from((3, 4), (-0.5, 0.7), seed=3)
+    yield SampleInput((x,), {"min": -0.5, "max": 0.7})
+    yield SampleInput((x,), {"min": -0.5, "max": None})
+    yield SampleInput((x,), {"min": None, "max": 0.7})
+
+
+def _where_samples():
+    yield SampleInput((S.bools((3, 4)), S.uniform((3, 4), seed=1), S.uniform((3, 4), seed=2)))
+    yield SampleInput((S.bools((3, 1), seed=3), S.uniform((1, 4), seed=4), S.uniform((3, 4), seed=5)))
+
+
+set_samples(GELU, _gelu_samples)
+set_samples(GELU_BACKWARD, _gelu_bw_samples)
+set_samples(SOFTPLUS, _softplus_samples)
+set_samples(CLAMP, _clamp_samples)
+set_samples(WHERE, _where_samples)
+
 __all__ = ["exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "reciprocal", "arcsin", "arccos", "arctan", "neg", "abs", "sign", "relu", "floor", "ceil", "trunc", "negative", "absolute", "round", "square", "positive", "gelu", "silu", "softplus", "clamp", "clamp_min", "clamp_max", "clip", "where", "lerp", "logit", "nan_to_num"]
