@@ -1,0 +1,13 @@
+// Registration entry points: each translation unit binds its own kernels.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace flow_native {
+
+void register_softmax(pybind11::module_& m);
+void register_elementwise(pybind11::module_& m);
+void register_layer_norm(pybind11::module_& m);
+void register_optim(pybind11::module_& m);
+
+}  // namespace flow_native
