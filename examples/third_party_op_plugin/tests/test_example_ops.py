@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -65,9 +66,10 @@ def test_backward_matches_analytic_derivative(beta):
     np.testing.assert_allclose(x.grad.numpy(), np_swish_grad(values, beta), rtol=1e-12, atol=1e-12)
 
 
-def test_gradcheck():
+@pytest.mark.parametrize("fn", [flow_example_ops.swish, functools.partial(flow_example_ops.swish, beta=1.7)])
+def test_gradcheck(fn):
     x = flow.tensor(np.linspace(-3.0, 3.0, 7), dtype=flow.float64, requires_grad=True)
-    assert flow.testing.gradcheck(flow_example_ops.swish, (x,))
+    assert flow.testing.gradcheck(fn, (x,))
 
 
 def test_opcheck():
@@ -77,3 +79,7 @@ def test_opcheck():
 def test_integer_input_is_rejected_by_the_meta_rule():
     with pytest.raises(TypeError, match="example_swish.*floating-point"):
         flow_example_ops.swish(flow.tensor([1, 2, 3], dtype=flow.int64))
+
+
+def test_every_hook_it_implements_is_declared():
+    flow.plugins.check_pending()  # a misspelled hook name would raise here
