@@ -33,7 +33,11 @@ nox.options.sessions = ["lint", "tests", "all_plugins"]
 ROOT = Path(__file__).parent
 CORE = "flow-core"
 CORE_DIR = ROOT / "packages" / CORE
-PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
+# flow-core first: its session builds the wheel the others reuse, and its failures explain theirs.
+PACKAGES = sorted(
+    (p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file()),
+    key=lambda name: (name != CORE, name),
+)
 EXAMPLE_PLUGINS = sorted(p for p in (ROOT / "examples").glob("*") if (p / "pyproject.toml").is_file())
 WHEEL_CACHE = ROOT / ".nox" / "_wheels"
 LINT_PATHS = ("packages", "examples", "benchmarks", "noxfile.py")
