@@ -44,8 +44,7 @@ LINT_PATHS = ("packages", "examples", "benchmarks", "noxfile.py")
 RUFF = "ruff==0.17.6"  # pinned so that a new ruff release cannot turn CI red on its own
 
 PYTEST_NO_TESTS_COLLECTED = 5
-# Build outputs that do not change the wheel (and must not change its cache key).
-NOT_SOURCES = {"__pycache__", "build", "dist", ".pytest_cache", ".ruff_cache", "_skbuild"}
+BUILD_OUTPUTS = {"__pycache__", "build", "dist", "_skbuild"}
 
 
 def has_extra(project_dir: Path, extra: str) -> bool:
@@ -60,15 +59,22 @@ def requirement(project_dir: Path, extra: str = "test") -> str:
     return f"{path}[{extra}]" if has_extra(project_dir, extra) else path
 
 
+def is_wheel_source(rel: Path) -> bool:
+    """Whether a file of flow-core (``rel`` to its folder) can change its wheel: not its tests, build
+    outputs, or hidden folders (tool caches such as .pytest_cache, .hypothesis that running tests leaves)."""
+    return not (
+        rel.parts[0] == "tests"
+        or rel.suffix in (".so", ".pyc", ".pyd")
+        or any(p in BUILD_OUTPUTS or p.startswith(".") or p.endswith(".egg-info") for p in rel.parts)
+    )
+
+
 def core_sources_hash() -> str:
     digest = hashlib.sha256()
     for path in sorted(CORE_DIR.rglob("*")):
         rel = path.relative_to(CORE_DIR)
-        if path.is_dir() or NOT_SOURCES.intersection(rel.parts) or path.suffix in (".so", ".pyc", ".pyd"):
-            continue
-        if any(part.endswith(".egg-info") for part in rel.parts):
-            continue
-        digest.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        if path.is_file() and is_wheel_source(rel):
+            digest.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
