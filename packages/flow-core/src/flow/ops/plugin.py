@@ -17,6 +17,8 @@ OP_MODULES = (
     "flow.ops.unary",
     "flow.ops.compare",
     "flow.ops.reduction",
+    "flow.ops.reduction_minmax",
+    "flow.ops.reduction_stats",
     "flow.ops.movement",
     "flow.ops.linalg",
     "flow.ops.sorting",

@@ -1,0 +1,33 @@
+"""The layers of ``flow.nn``, one family per module."""
+
+from flow.nn.modules import (
+    activation,
+    container,
+    conv,
+    dropout,
+    flatten,
+    linear,
+    loss,
+    module,
+    normalization,
+    pooling,
+    rnn,
+    sparse,
+    transformer,
+)
+from flow.nn.modules.activation import *  # noqa: F401,F403
+from flow.nn.modules.container import *  # noqa: F401,F403
+from flow.nn.modules.conv import *  # noqa: F401,F403
+from flow.nn.modules.dropout import *  # noqa: F401,F403
+from flow.nn.modules.flatten import *  # noqa: F401,F403
+from flow.nn.modules.linear import *  # noqa: F401,F403
+from flow.nn.modules.loss import *  # noqa: F401,F403
+from flow.nn.modules.module import *  # noqa: F401,F403
+from flow.nn.modules.normalization import *  # noqa: F401,F403
+from flow.nn.modules.pooling import *  # noqa: F401,F403
+from flow.nn.modules.rnn import *  # noqa: F401,F403
+from flow.nn.modules.sparse import *  # noqa: F401,F403
+from flow.nn.modules.transformer import *  # noqa: F401,F403
+
+__all__ = [name for m in (activation, container, conv, dropout, flatten, linear, loss, module, normalization, pooling,
+                          rnn, sparse, transformer) for name in m.__all__]
