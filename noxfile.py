@@ -13,6 +13,7 @@ flow-core's files, and sessions (and later runs) reuse it instead of compiling a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import sys
@@ -69,6 +70,7 @@ def is_wheel_source(rel: Path) -> bool:
     )
 
 
+@functools.cache  # once per nox run, so every session tests the same wheel even while sources are edited
 def core_sources_hash() -> str:
     digest = hashlib.sha256()
     for path in sorted(CORE_DIR.rglob("*")):
@@ -79,7 +81,7 @@ def core_sources_hash() -> str:
 
 
 def core_wheel(session: nox.Session) -> Path:
-    """flow-core's wheel for this Python, built (in ``session``) only when its sources changed."""
+    """flow-core's wheel for this Python, built (in ``session``) once per change of its sources."""
     key = f"{CORE}-py{sys.version_info.major}{sys.version_info.minor}-{core_sources_hash()}"
     out = WHEEL_CACHE / key
     wheels = sorted(out.glob("*.whl"))
