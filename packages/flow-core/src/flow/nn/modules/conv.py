@@ -93,7 +93,7 @@ class _ConvNd(Module):
         n = self._nd
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}")
         if self.padding != (0,) * n:
-            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+            s += f", padding={self.padding}"  # torch prints strings unquoted: padding=same
         if self.dilation != (1,) * n:
             s += f", dilation={self.dilation}"
         if self.output_padding != (0,) * n:
@@ -107,7 +107,7 @@ class _ConvNd(Module):
         return s
 
     def _conv_forward(self, input, weight, bias):
-        conv = (F.conv1d, F.conv2d, F.conv3d)[self._nd - 1]
+        conv = getattr(F, f"conv{self._nd}d")
         if self.padding_mode != "zeros":
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             return conv(input, weight, bias, self.stride, 0, self.dilation, self.groups)
@@ -187,7 +187,7 @@ class _ConvTransposeNd(_ConvNd):
         return tuple(res)
 
     def forward(self, input, output_size=None):
-        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self._nd - 1]
+        fn = getattr(F, f"conv_transpose{self._nd}d")
         op = self._output_padding(input, output_size)
         return fn(input, self.weight, self.bias, self.stride, self.padding, op, self.groups, self.dilation)
 

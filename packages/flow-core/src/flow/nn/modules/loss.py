@@ -22,11 +22,13 @@ def _legacy_reduction(size_average, reduce) -> str:
 
 
 class _Loss(Module):
+    _reductions = ("none", "mean", "sum")
+
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
         super().__init__()
         if size_average is not None or reduce is not None:
             reduction = _legacy_reduction(size_average, reduce)
-        if reduction not in ("none", "mean", "sum"):
+        if reduction not in self._reductions:
             raise ValueError(f"{reduction} is not a valid value for reduction")
         self.reduction = reduction
 
@@ -123,7 +125,12 @@ class CrossEntropyLoss(_WeightedLoss):
 
 
 class KLDivLoss(_Loss):
-    """KL divergence with ``input`` as log-probabilities (``log_target``: target is too)."""
+    """KL divergence with ``input`` as log-probabilities (``log_target``: target is too).
+
+    ``reduction='batchmean'`` divides the sum by the batch size (the mathematically correct KL).
+    """
+
+    _reductions = ("none", "mean", "sum", "batchmean")
 
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> None:
         super().__init__(size_average, reduce, reduction)

@@ -1,0 +1,577 @@
+"""flow.nn layers and losses: parity with PyTorch (weights copied through state dicts; outputs, input
+gradients and parameter gradients compared at float32 tolerance) and formula checks that need no torch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import flow
+import flow.nn as nn
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+def _outputs(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def check_parity(fm, tm, *inputs, grad: bool = True, rtol: float = RTOL, atol: float = ATOL, copy: bool = True,
+                 kwargs: dict | None = None, grad_args=None):
+    """Run ``fm`` and ``tm`` on the same NumPy ``inputs``; compare outputs and all gradients.
+
+    Float inputs require grad (only those at positions ``grad_args``, when given).
+    """
+    torch = _torch()
+    if copy:
+        fm.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
+    kwargs = kwargs or {}
+    tin, fin = [], []
+    for i, a in enumerate(inputs):
+        if isinstance(a, np.ndarray):
+            float_in = a.dtype.kind == "f" and (grad_args is None or i in grad_args)
+            tin.append(torch.tensor(a, requires_grad=grad and float_in))
+            fin.append(flow.tensor(a, requires_grad=grad and float_in))
+        else:
+            tin.append(a)
+            fin.append(a)
+    touts = [o for o in _outputs(tm(*tin, **kwargs)) if o is not None]
+    fouts = [o for o in _outputs(fm(*fin, **kwargs)) if o is not None]
+    assert len(touts) == len(fouts)
+    for t, f in zip(touts, fouts):
+        assert tuple(f.shape) == tuple(t.shape)
+        np.testing.assert_allclose(_np(f), t.detach().numpy(), rtol=rtol, atol=atol)
+    if not grad:
+        return fouts
+    rng = np.random.default_rng(0)
+    tloss, floss = 0, 0
+    for t, f in zip(touts, fouts):
+        if t.requires_grad:
+            g = rng.standard_normal(tuple(t.shape)).astype(np.float32)
+            tloss = tloss + (t * torch.tensor(g)).sum()
+            floss = floss + (f * flow.tensor(g)).sum()
+    tloss.backward()
+    floss.backward()
+    for t, f in zip(tin, fin):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            np.testing.assert_allclose(_np(f.grad), t.grad.numpy(), rtol=rtol, atol=atol)
+    tparams = dict(tm.named_parameters())
+    for name, p in fm.named_parameters():
+        tp = tparams[name]
+        if tp.grad is None:
+            assert p.grad is None or not _np(p.grad).any(), name
+        else:
+            np.testing.assert_allclose(_np(p.grad), tp.grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
+    return fouts
+
+
+def randn(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# -- linear, flatten ---------------------------------------------------------------------------
+def test_linear_formula():
+    lin = nn.Linear(3, 2)
+    x = randn(4, 3)
+    expected = x @ _np(lin.weight).T + _np(lin.bias)
+    np.testing.assert_allclose(_np(lin(flow.tensor(x))), expected, rtol=1e-5, atol=1e-6)
+    assert repr(lin) == "Linear(in_features=3, out_features=2, bias=True)"
+    assert nn.Linear(3, 2, bias=False).bias is None
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_parity(bias):
+    torch = _torch()
+    check_parity(nn.Linear(5, 7, bias=bias), torch.nn.Linear(5, 7, bias=bias), randn(2, 3, 5))
+    check_parity(nn.Linear(5, 7, bias=bias), torch.nn.Linear(5, 7, bias=bias), randn(5))
+
+
+def test_bilinear_identity_flatten_unflatten():
+    torch = _torch()
+    check_parity(nn.Bilinear(3, 4, 5), torch.nn.Bilinear(3, 4, 5), randn(6, 3), randn(6, 4, seed=1))
+    x = flow.randn(2, 3, 4, 5)
+    assert nn.Identity(1, k=2)(x) is x
+    assert nn.Flatten()(x).shape == (2, 60)
+    assert nn.Flatten(0, 2)(x).shape == (24, 5)
+    assert nn.Unflatten(1, (3, 1))(flow.randn(2, 3)).shape == (2, 3, 1)
+    assert nn.Unflatten(-1, (2, 2))(flow.randn(2, 4)).shape == (2, 2, 2)
+    assert repr(nn.Flatten()) == repr(torch.nn.Flatten())
+    assert repr(nn.Unflatten(1, (2, 5))) == repr(torch.nn.Unflatten(1, (2, 5)))
+
+
+# -- convolutions -----------------------------------------------------------------------------
+def _naive_conv2d(x, w, b, stride, padding):
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - kh) // stride + 1
+    ow = (wd + 2 * padding - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
+            out[:, :, i, j] = np.einsum("nckl,ockl->no", patch, w)
+    return out + b[None, :, None, None]
+
+
+def test_conv2d_formula():
+    conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+    x = randn(2, 3, 7, 6)
+    np.testing.assert_allclose(_np(conv(flow.tensor(x))), _naive_conv2d(x, _np(conv.weight), _np(conv.bias), 2, 1),
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(), dict(stride=2), dict(padding=1), dict(padding=(2, 1), stride=(2, 1)), dict(padding="same"),
+    dict(padding="same", dilation=2), dict(padding="valid"), dict(dilation=2, padding=2), dict(groups=2),
+    dict(bias=False), dict(padding=2, padding_mode="reflect"), dict(padding=1, padding_mode="circular"),
+    dict(padding=1, padding_mode="replicate"), dict(padding="same", padding_mode="reflect"),
+])
+def test_conv2d_parity(kw):
+    torch = _torch()
+    kernel = kw.pop("kernel", 3)
+    check_parity(nn.Conv2d(4, 6, kernel, **kw), torch.nn.Conv2d(4, 6, kernel, **kw), randn(2, 4, 9, 8))
+
+
+def test_conv2d_even_kernel_same_and_repr():
+    torch = _torch()
+    check_parity(nn.Conv2d(2, 3, (4, 2), padding="same"), torch.nn.Conv2d(2, 3, (4, 2), padding="same"),
+                 randn(1, 2, 7, 6))
+    for args, kw in [((3, 8, 3), dict(stride=2, padding=1)), ((4, 8, (3, 5)), dict(groups=2, bias=False)),
+                     ((3, 8, 3), dict(padding="same", dilation=2)), ((3, 8, 3), dict(padding=1,
+                                                                                     padding_mode="circular"))]:
+        assert repr(nn.Conv2d(*args, **kw)) == repr(torch.nn.Conv2d(*args, **kw))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1), dict(padding="same", dilation=3),
+                                dict(groups=3), dict(padding=2, padding_mode="reflect")])
+def test_conv1d_parity(kw):
+    torch = _torch()
+    check_parity(nn.Conv1d(3, 6, 3, **kw), torch.nn.Conv1d(3, 6, 3, **kw), randn(2, 3, 11))
+
+
+def test_conv_errors():
+    with pytest.raises(ValueError, match="divisible by groups"):
+        nn.Conv2d(3, 4, 3, groups=2)
+    with pytest.raises(ValueError, match="strided"):
+        nn.Conv2d(3, 4, 3, stride=2, padding="same")
+    with pytest.raises(ValueError, match="padding string"):
+        nn.Conv2d(3, 4, 3, padding="full")
+    with pytest.raises(ValueError, match="padding_mode"):
+        nn.Conv2d(3, 4, 3, padding_mode="mirror")
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2), dict(stride=2, padding=1, output_padding=1),
+                                dict(groups=2), dict(dilation=2, padding=1), dict(bias=False)])
+def test_conv_transpose2d_parity(kw):
+    torch = _torch()
+    check_parity(nn.ConvTranspose2d(4, 6, 3, **kw), torch.nn.ConvTranspose2d(4, 6, 3, **kw), randn(2, 4, 5, 6))
+
+
+def test_conv_transpose_output_size_and_1d():
+    torch = _torch()
+    f, t = nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1), torch.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)
+    check_parity(f, t, randn(1, 2, 4, 4), kwargs={"output_size": [8, 8]})
+    assert f(flow.randn(1, 2, 4, 4), output_size=(1, 3, 7, 8)).shape == (1, 3, 7, 8)
+    with pytest.raises(ValueError, match="output size"):
+        f(flow.randn(1, 2, 4, 4), output_size=(20, 20))
+    check_parity(nn.ConvTranspose1d(3, 2, 4, stride=3), torch.nn.ConvTranspose1d(3, 2, 4, stride=3), randn(2, 3, 5))
+    assert repr(nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1)) == \
+        repr(torch.nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1))
+
+
+# -- pooling -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,args,kw,shape", [
+    ("MaxPool2d", (2,), {}, (2, 3, 8, 8)), ("MaxPool2d", (3,), dict(stride=2, padding=1), (2, 3, 9, 7)),
+    ("MaxPool2d", (3,), dict(stride=2, ceil_mode=True), (1, 2, 8, 8)), ("MaxPool2d", (2,), dict(dilation=2),
+                                                                         (1, 2, 9, 9)),
+    ("MaxPool1d", (3,), dict(stride=2, padding=1), (2, 3, 10)), ("AvgPool1d", (3,), dict(stride=2), (2, 3, 10)),
+    ("AvgPool2d", (2,), {}, (2, 3, 8, 8)), ("AvgPool2d", (3,), dict(stride=2, padding=1), (2, 3, 9, 7)),
+    ("AvgPool2d", (3,), dict(padding=1, count_include_pad=False), (1, 2, 6, 6)),
+    ("AvgPool2d", (2,), dict(divisor_override=3), (1, 2, 6, 6)),
+    ("AdaptiveAvgPool2d", ((3, 2),), {}, (2, 3, 7, 9)), ("AdaptiveAvgPool2d", (1,), {}, (2, 3, 5, 5)),
+    ("AdaptiveAvgPool2d", ((None, 2),), {}, (2, 3, 5, 5)), ("AdaptiveAvgPool1d", (4,), {}, (2, 3, 10)),
+    ("AdaptiveMaxPool2d", ((2, 3),), {}, (2, 3, 7, 8)), ("AdaptiveMaxPool1d", (3,), {}, (2, 3, 10)),
+])
+def test_pooling_parity(name, args, kw, shape):
+    torch = _torch()
+    fm, tm = getattr(nn, name)(*args, **kw), getattr(torch.nn, name)(*args, **kw)
+    check_parity(fm, tm, randn(*shape))
+    assert repr(fm) == repr(tm)
+
+
+def test_maxpool_return_indices():
+    torch = _torch()
+    x = randn(1, 2, 6, 6)
+    fo, fi = nn.MaxPool2d(2, return_indices=True)(flow.tensor(x))
+    to, ti = torch.nn.MaxPool2d(2, return_indices=True)(torch.tensor(x))
+    np.testing.assert_array_equal(_np(fi), ti.numpy())
+    np.testing.assert_allclose(_np(fo), to.numpy())
+
+
+# -- normalisation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls,shape", [("BatchNorm1d", (8, 4)), ("BatchNorm1d", (8, 4, 5)),
+                                       ("BatchNorm2d", (4, 4, 3, 5))])
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=None), dict(affine=False), dict(track_running_stats=False),
+                                dict(momentum=0.3, eps=1e-3)])
+def test_batchnorm_parity_train_and_eval(cls, shape, kw):
+    torch = _torch()
+    fm, tm = getattr(nn, cls)(4, **kw), getattr(torch.nn, cls)(4, **kw)
+    for step in range(3):
+        check_parity(fm, tm, randn(*shape, seed=step) * (step + 1) + step, copy=step == 0)
+        for (fk, fv), (tk, tv) in zip(fm.state_dict().items(), tm.state_dict().items()):
+            assert fk == tk
+            np.testing.assert_allclose(_np(fv), tv.numpy(), rtol=1e-5, atol=1e-6, err_msg=fk)
+        fm.zero_grad()
+        tm.zero_grad()
+    fm.eval()
+    tm.eval()
+    check_parity(fm, tm, randn(*shape, seed=7), copy=False)
+    assert repr(fm) == repr(tm)
+
+
+def test_batchnorm_formula_and_running_stats():
+    bn = nn.BatchNorm1d(3, momentum=0.5)
+    x = randn(10, 3) * 2 + 1
+    y = _np(bn(flow.tensor(x)))
+    expected = (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5)
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_np(bn.running_mean), 0.5 * x.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(_np(bn.running_var), 0.5 + 0.5 * x.var(0, ddof=1), rtol=1e-5)
+    assert bn.num_batches_tracked.item() == 1 and bn.num_batches_tracked.dtype == flow.int64
+    bn.eval()
+    y = _np(bn(flow.tensor(x)))
+    np.testing.assert_allclose(y, (x - _np(bn.running_mean)) / np.sqrt(_np(bn.running_var) + 1e-5), rtol=1e-5,
+                               atol=1e-6)
+    assert bn.num_batches_tracked.item() == 1
+    # momentum=None: the running stats are the plain average of all batches seen
+    cum = nn.BatchNorm1d(3, momentum=None)
+    xs = [randn(6, 3, seed=s) + s for s in range(4)]
+    for b in xs:
+        cum(flow.tensor(b))
+    np.testing.assert_allclose(_np(cum.running_mean), np.mean([b.mean(0) for b in xs], 0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="expected 4D input"):
+        nn.BatchNorm2d(3)(flow.randn(2, 3))
+
+
+def test_batchnorm_state_dict_without_num_batches_tracked():
+    bn = nn.BatchNorm2d(2)
+    sd = {k: v for k, v in bn.state_dict().items() if k != "num_batches_tracked"}
+    bn.load_state_dict(sd)  # old checkpoints (and plain dicts) may lack it, as torch accepts
+    assert bn.num_batches_tracked.item() == 0
+    bn.reset_running_stats()
+
+
+@pytest.mark.parametrize("kw", [dict(normalized_shape=6), dict(normalized_shape=(5, 6), eps=1e-3),
+                                dict(normalized_shape=6, elementwise_affine=False), dict(normalized_shape=6,
+                                                                                         bias=False)])
+def test_layernorm_parity(kw):
+    torch = _torch()
+    fm, tm = nn.LayerNorm(**kw), torch.nn.LayerNorm(**kw)
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.randn(p.shape))
+    check_parity(fm, tm, randn(3, 5, 6) * 3 + 1)
+    assert repr(fm) == repr(tm)
+
+
+def test_layernorm_formula():
+    x = randn(4, 8)
+    y = _np(nn.LayerNorm(8)(flow.tensor(x)))
+    np.testing.assert_allclose(y, (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5),
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(num_groups=2, num_channels=6), dict(num_groups=3, num_channels=6, affine=False),
+                                dict(num_groups=6, num_channels=6, eps=1e-3)])
+def test_groupnorm_parity(kw):
+    torch = _torch()
+    fm, tm = nn.GroupNorm(**kw), torch.nn.GroupNorm(**kw)
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.randn(p.shape))
+    check_parity(fm, tm, randn(2, 6, 4, 3) * 2 - 1)
+    assert repr(fm) == repr(tm)
+    with pytest.raises(ValueError):
+        nn.GroupNorm(4, 6)
+
+
+@pytest.mark.parametrize("kw", [dict(normalized_shape=8), dict(normalized_shape=(3, 8), eps=1e-4),
+                                dict(normalized_shape=8, elementwise_affine=False)])
+def test_rmsnorm_parity(kw):
+    torch = _torch()
+    fm, tm = nn.RMSNorm(**kw), torch.nn.RMSNorm(**kw)
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.randn(p.shape))
+    check_parity(fm, tm, randn(2, 3, 8))
+    assert repr(fm) == repr(tm)
+
+
+def test_rmsnorm_formula():
+    x = randn(3, 5)
+    y = _np(nn.RMSNorm(5, eps=1e-6)(flow.tensor(x)))
+    np.testing.assert_allclose(y, x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls,shape", [("InstanceNorm1d", (2, 3, 7)), ("InstanceNorm2d", (2, 3, 4, 5)),
+                                       ("InstanceNorm2d", (3, 4, 5))])
+def test_instancenorm_parity(cls, shape):
+    torch = _torch()
+    check_parity(getattr(nn, cls)(3, affine=True), getattr(torch.nn, cls)(3, affine=True), randn(*shape))
+
+
+# -- embeddings --------------------------------------------------------------------------------------
+def test_embedding_parity_and_padding_idx():
+    torch = _torch()
+    idx = np.array([[1, 2, 0, 4], [4, 3, 2, 0]])
+    fm, tm = nn.Embedding(6, 3, padding_idx=0), torch.nn.Embedding(6, 3, padding_idx=0)
+    check_parity(fm, tm, idx)
+    assert not _np(fm.weight.grad)[0].any()
+    assert repr(fm) == repr(tm)
+    neg = nn.Embedding(6, 3, padding_idx=-1)
+    assert neg.padding_idx == 5 and not _np(neg.weight)[5].any()
+    with pytest.raises(ValueError):
+        nn.Embedding(6, 3, padding_idx=6)
+
+
+def test_embedding_from_pretrained():
+    w = flow.tensor(randn(5, 2))
+    e = nn.Embedding.from_pretrained(w)
+    assert not e.weight.requires_grad
+    np.testing.assert_array_equal(_np(e(flow.tensor([3, 1]))), _np(w)[[3, 1]])
+    e2 = nn.Embedding.from_pretrained(w, freeze=False, padding_idx=1)
+    assert e2.weight.requires_grad and e2.padding_idx == 1
+    with pytest.raises(ValueError):
+        nn.Embedding.from_pretrained(flow.randn(3))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_parity(mode):
+    torch = _torch()
+    fm, tm = nn.EmbeddingBag(10, 4, mode=mode), torch.nn.EmbeddingBag(10, 4, mode=mode)
+    check_parity(fm, tm, np.array([1, 2, 4, 5, 4, 3, 2, 9]), np.array([0, 3, 3, 6]))
+    fm.zero_grad()
+    tm.zero_grad()
+    check_parity(fm, tm, np.array([[1, 2, 4], [4, 3, 2]]))
+    assert repr(fm) == repr(tm)
+
+
+def test_embedding_bag_per_sample_weights_and_last_offset():
+    torch = _torch()
+    fm = nn.EmbeddingBag(10, 3, mode="sum", include_last_offset=True)
+    tm = torch.nn.EmbeddingBag(10, 3, mode="sum", include_last_offset=True)
+    idx, off = np.array([1, 2, 4, 5, 4, 3]), np.array([0, 2, 6])
+    check_parity(fm, tm, idx, off, randn(6))
+    fm2, tm2 = nn.EmbeddingBag(10, 3, mode="sum", padding_idx=2), torch.nn.EmbeddingBag(10, 3, mode="sum",
+                                                                                          padding_idx=2)
+    check_parity(fm2, tm2, idx, np.array([0, 2]))
+    with pytest.raises(ValueError):
+        nn.EmbeddingBag(3, 3, mode="median")
+
+
+# -- dropout -------------------------------------------------------------------------------------------
+def test_dropout_train_and_eval():
+    flow.manual_seed(0)
+    d = nn.Dropout(0.25)
+    x = flow.ones(200, 500)
+    y = _np(d(x))
+    kept = y != 0
+    assert abs(kept.mean() - 0.75) < 0.01
+    np.testing.assert_allclose(y[kept], 1 / 0.75, rtol=1e-6)
+    d.eval()
+    assert np.array_equal(_np(d(x)), _np(x))
+    assert not _np(nn.Dropout(1.0)(x)).any()
+    np.testing.assert_array_equal(_np(nn.Dropout(0.0)(x)), _np(x))
+    assert repr(d) == "Dropout(p=0.25, inplace=False)"
+    with pytest.raises(ValueError):
+        nn.Dropout(1.5)
+    z = _np(nn.Dropout2d(0.5)(flow.ones(4, 50, 3, 3)))
+    per_channel = z.reshape(4, 50, 9)
+    assert np.all((per_channel == 0).all(-1) | (per_channel == 2).all(-1))
+
+
+def test_dropout_gradient_matches_mask():
+    d = nn.Dropout(0.5)
+    x = flow.ones(50, 50, requires_grad=True)
+    y = d(x)
+    y.sum().backward()
+    np.testing.assert_array_equal(_np(x.grad), _np(y))
+
+
+# -- activations ------------------------------------------------------------------------------------------
+ACTIVATIONS = [
+    ("ReLU", (), {}), ("ReLU6", (), {}), ("GELU", (), {}), ("GELU", (), {"approximate": "tanh"}), ("SiLU", (), {}),
+    ("Tanh", (), {}), ("Sigmoid", (), {}), ("LeakyReLU", (), {}), ("LeakyReLU", (0.2,), {}), ("Softmax", (1,), {}),
+    ("Softmax", (-1,), {}), ("LogSoftmax", (1,), {}), ("Softmin", (0,), {}), ("Mish", (), {}), ("Hardswish", (), {}),
+    ("Hardsigmoid", (), {}), ("ELU", (), {}), ("ELU", (0.5,), {}), ("CELU", (1.5,), {}), ("SELU", (), {}),
+    ("Softplus", (), {}), ("Softplus", (2.0, 1.0), {}), ("Softsign", (), {}), ("Tanhshrink", (), {}),
+    ("Hardtanh", (-0.5, 0.7), {}), ("Threshold", (0.1, -2.0), {}), ("GLU", (), {}), ("PReLU", (), {}),
+    ("PReLU", (3,), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw", ACTIVATIONS)
+def test_activation_parity(name, args, kw):
+    torch = _torch()
+    fm, tm = getattr(nn, name)(*args, **kw), getattr(torch.nn, name)(*args, **kw)
+    x = randn(2, 3, 4) * 3
+    x[np.abs(x) < 1e-3] = 0.5  # keep away from kinks where subgradients may differ
+    check_parity(fm, tm, x)
+    assert repr(fm) == repr(tm)
+
+
+def test_softmax_implicit_dim_and_inplace():
+    x = flow.tensor(randn(3, 4))
+    s = _np(nn.Softmax()(x))  # 2-d: dim 1, as torch's legacy rule
+    np.testing.assert_allclose(s.sum(1), 1, rtol=1e-6)
+    np.testing.assert_allclose(_np(nn.Softmax()(flow.tensor(randn(2, 3, 4)))).sum(0), 1, rtol=1e-6)
+    y = flow.tensor([-1.0, 2.0])
+    out = nn.ReLU(inplace=True)(y)
+    assert _np(y).tolist() == [0.0, 2.0] and _np(out).tolist() == [0.0, 2.0]
+    assert repr(nn.ReLU(inplace=True)) == "ReLU(inplace=True)"
+    with pytest.raises(ValueError):
+        nn.GELU("fast")
+
+
+# -- losses ------------------------------------------------------------------------------------------
+def _loss_parity(name, inputs, kw=None, fkw=None, grad=True, grad_args=(0,)):
+    torch = _torch()
+    kw = kw or {}
+    fkw = fkw if fkw is not None else {k: (flow.tensor(v.numpy()) if isinstance(v, torch.Tensor) else v)
+                                       for k, v in kw.items()}
+    for reduction in ("mean", "sum", "none"):
+        check_parity(getattr(nn, name)(reduction=reduction, **fkw), getattr(torch.nn, name)(reduction=reduction, **kw),
+                     *inputs, grad=grad, grad_args=grad_args)
+
+
+def _probs(*shape, seed=0):
+    return (1 / (1 + np.exp(-randn(*shape, seed=seed)))).astype(np.float32)
+
+
+def test_regression_losses():
+    x, y = randn(4, 5), randn(4, 5, seed=1)
+    for name in ("MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss"):
+        _loss_parity(name, (x, y), grad_args=(0, 1))  # these are differentiable in the target too
+    _loss_parity("SoftMarginLoss", (x, np.sign(y)))
+    _loss_parity("SmoothL1Loss", (x, y), {"beta": 0.5})
+    _loss_parity("HuberLoss", (x, y), {"delta": 0.3})
+
+
+def test_loss_formulas_without_torch():
+    x, y = randn(4, 5), randn(4, 5, seed=1)
+    fx, fy = flow.tensor(x), flow.tensor(y)
+    assert nn.MSELoss()(fx, fy).item() == pytest.approx(((x - y) ** 2).mean(), rel=1e-5)
+    assert nn.L1Loss(reduction="sum")(fx, fy).item() == pytest.approx(np.abs(x - y).sum(), rel=1e-5)
+    logits, target = randn(3, 4), np.array([0, 3, 1])
+    lse = np.log(np.exp(logits).sum(1))
+    expected = (lse - logits[np.arange(3), target]).mean()
+    assert nn.CrossEntropyLoss()(flow.tensor(logits), flow.tensor(target)).item() == pytest.approx(expected, rel=1e-5)
+    assert nn.MSELoss(size_average=False).reduction == "sum"
+    assert nn.MSELoss(reduce=False).reduction == "none"
+    with pytest.raises(ValueError):
+        nn.MSELoss(reduction="avg")
+
+
+def test_bce_losses():
+    torch = _torch()
+    p, y = _probs(4, 3), (randn(4, 3, seed=2) > 0).astype(np.float32)
+    _loss_parity("BCELoss", (p, y))
+    w = torch.rand(3) + 0.5
+    _loss_parity("BCELoss", (p, y), {"weight": w})
+    logits = randn(4, 3) * 3
+    _loss_parity("BCEWithLogitsLoss", (logits, y))
+    _loss_parity("BCEWithLogitsLoss", (logits, y), {"pos_weight": torch.tensor([0.5, 2.0, 3.0])})
+    _loss_parity("BCEWithLogitsLoss", (logits, _probs(4, 3, seed=5)), {"weight": w, "pos_weight": w * 2})
+    m = nn.BCEWithLogitsLoss(pos_weight=flow.ones(3))
+    assert "pos_weight" in dict(m.named_buffers())
+
+
+def test_nll_and_cross_entropy():
+    torch = _torch()
+    logits = randn(5, 4)
+    target = np.array([0, 3, 1, 1, 2])
+    _loss_parity("CrossEntropyLoss", (logits, target))
+    _loss_parity("CrossEntropyLoss", (logits, target), {"weight": torch.tensor([1.0, 2.0, 0.5, 1.5])})
+    _loss_parity("CrossEntropyLoss", (logits, np.array([0, -100, 1, 1, -100])))
+    _loss_parity("CrossEntropyLoss", (logits, np.array([0, 2, 1, 1, 2])), {"ignore_index": 2})
+    _loss_parity("CrossEntropyLoss", (logits, target), {"label_smoothing": 0.1})
+    _loss_parity("CrossEntropyLoss", (logits, _probs(5, 4)))  # probability targets
+    _loss_parity("CrossEntropyLoss", (randn(2, 4, 3, 2), np.random.default_rng(0).integers(0, 4, (2, 3, 2))))
+    logp = np.log(_probs(5, 4))
+    _loss_parity("NLLLoss", (logp, target))
+    _loss_parity("NLLLoss", (logp, target), {"weight": torch.tensor([1.0, 2.0, 0.5, 1.5]), "ignore_index": 1})
+
+
+@pytest.mark.filterwarnings("ignore:reduction")
+def test_kl_div_loss():
+    logp = np.log(_probs(3, 4))
+    q = _probs(3, 4, seed=3)
+    for red in ("batchmean", "mean", "sum", "none"):
+        check_parity(nn.KLDivLoss(reduction=red), _torch().nn.KLDivLoss(reduction=red), logp, q)
+    _loss_parity("KLDivLoss", (logp, np.log(q)), {"log_target": True})
+
+
+def test_ctc_loss():
+    torch = _torch()
+    T, N, C = 12, 3, 5
+    logp = torch.randn(T, N, C, generator=torch.Generator().manual_seed(0)).log_softmax(2).numpy()
+    targets = np.array([[1, 2, 2, 3], [4, 1, 0, 0], [2, 3, 4, 1]])
+    in_lens, tgt_lens = np.array([12, 10, 8]), np.array([4, 2, 3])
+    for reduction in ("mean", "sum", "none"):
+        check_parity(nn.CTCLoss(reduction=reduction), torch.nn.CTCLoss(reduction=reduction), logp, targets,
+                     in_lens, tgt_lens, rtol=1e-4, atol=1e-4)
+    check_parity(nn.CTCLoss(blank=4, zero_infinity=True), torch.nn.CTCLoss(blank=4, zero_infinity=True), logp,
+                 np.array([[1, 2, 2, 3], [0, 1, 0, 0], [2, 3, 0, 1]]), in_lens, tgt_lens, atol=1e-4)
+
+
+def test_other_losses():
+    _torch()
+    a, b, c = randn(4, 6), randn(4, 6, seed=1), randn(4, 6, seed=2)
+    sign = np.array([1.0, -1.0, 1.0, -1.0], np.float32)
+    _loss_parity("MarginRankingLoss", (randn(4), randn(4, seed=1), sign), {"margin": 0.2}, grad_args=(0, 1))
+    _loss_parity("CosineEmbeddingLoss", (a, b, sign), {"margin": 0.1}, grad_args=(0, 1))
+    _loss_parity("HingeEmbeddingLoss", (a, np.sign(b)), {"margin": 0.5})
+    _loss_parity("TripletMarginLoss", (a, b, c), {"margin": 0.5}, grad_args=(0, 1, 2))
+    _loss_parity("MultiLabelSoftMarginLoss", (a, (b > 0).astype(np.float32)))
+    _loss_parity("PoissonNLLLoss", (a, np.abs(b)))
+    _loss_parity("GaussianNLLLoss", (a, b, np.abs(c) + 0.1), grad_args=(0, 2))
+
+
+def test_loss_repr_and_weight_buffer():
+    torch = _torch()
+    w = flow.ones(3)
+    m = nn.CrossEntropyLoss(weight=w)
+    assert m.weight is w and list(m.state_dict()) == ["weight"]
+    assert repr(nn.MSELoss()) == repr(torch.nn.MSELoss())
+
+
+def test_layers_train_with_gradients():
+    """A small conv net with every common layer trains (loss decreases) with plain SGD."""
+    flow.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(4 * 4 * 4, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 3))
+    x = flow.randn(16, 1, 8, 8)
+    y = flow.tensor(np.arange(16) % 3)
+    loss_fn = nn.CrossEntropyLoss()
+    losses = []
+    for _ in range(25):
+        loss = loss_fn(net(x), y)
+        net.zero_grad()
+        loss.backward()
+        with flow.no_grad():
+            for p in net.parameters():
+                p.sub_(p.grad * 0.1)
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert math.isfinite(losses[-1])
