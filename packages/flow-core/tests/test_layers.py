@@ -96,6 +96,24 @@ def test_linear_parity(bias):
     check_parity(nn.Linear(5, 7, bias=bias), torch.nn.Linear(5, 7, bias=bias), randn(5))
 
 
+def test_load_torch_state_dict_directly_and_dtypes():
+    torch = _torch()
+    t = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    f = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    f.load_state_dict(t.state_dict())  # torch tensors convert through __array__
+    x = randn(3, 4)
+    expected = t(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(_np(f(flow.tensor(x))), expected, rtol=RTOL, atol=ATOL)
+    f.double()
+    out = f(flow.tensor(x.astype(np.float64)))
+    assert out.dtype == flow.float64
+    np.testing.assert_allclose(_np(out), expected, rtol=RTOL, atol=ATOL)
+    f.half()
+    out = f(flow.tensor(x).half())
+    assert out.dtype == flow.float16
+    np.testing.assert_allclose(_np(out).astype(np.float32), expected, rtol=2e-2, atol=2e-2)
+
+
 def test_bilinear_identity_flatten_unflatten():
     torch = _torch()
     check_parity(nn.Bilinear(3, 4, 5), torch.nn.Bilinear(3, 4, 5), randn(6, 3), randn(6, 4, seed=1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 from collections import OrderedDict
 
@@ -575,3 +576,80 @@ def test_hot_path_calls_forward_directly():
     m.forward = lambda x: calls.append(x) or x
     m(1)
     assert calls == [1]
+
+
+# -- nn.utils ----------------------------------------------------------------------------------------
+def _with_grads(*grads):
+    ps = []
+    for g in grads:
+        p = nn.Parameter(flow.zeros(*np.shape(g)))
+        p.grad = flow.tensor(np.asarray(g, np.float32))
+        ps.append(p)
+    return ps
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+def test_clip_grad_norm(norm_type):
+    g1, g2 = np.array([3.0, -4.0]), np.array([[1.0, 2.0], [-2.0, 0.5]])
+    ps = _with_grads(g1, g2)
+    flat = np.concatenate([g1.ravel(), g2.ravel()])
+    expected = np.abs(flat).max() if norm_type == float("inf") else (np.abs(flat) ** norm_type).sum() ** (
+        1 / norm_type)
+    total = nn.utils.clip_grad_norm_(ps, max_norm=1.0, norm_type=norm_type)
+    assert isinstance(total, flow.Tensor)
+    assert total.item() == pytest.approx(expected, rel=1e-5)
+    scale = 1.0 / (expected + 1e-6)
+    np.testing.assert_allclose(ps[0].grad.numpy(), g1 * scale, rtol=1e-5)
+    np.testing.assert_allclose(ps[1].grad.numpy(), g2 * scale, rtol=1e-5)
+    # below the threshold: untouched
+    qs = _with_grads(g1 * 1e-3)
+    nn.utils.clip_grad_norm_(qs, max_norm=10.0, norm_type=norm_type)
+    np.testing.assert_allclose(qs[0].grad.numpy(), g1 * 1e-3, rtol=1e-6)
+
+
+def test_clip_grad_norm_matches_torch_and_nonfinite():
+    torch = pytest.importorskip("torch")
+    grads = [np.random.default_rng(i).standard_normal(s).astype(np.float32) for i, s in enumerate([(3, 4), (5,)])]
+    fp = _with_grads(*grads)
+    tp = [torch.nn.Parameter(torch.zeros(g.shape)) for g in grads]
+    for p, g in zip(tp, grads):
+        p.grad = torch.tensor(g)
+    ft = nn.utils.clip_grad_norm_(fp, 0.5)
+    tt = torch.nn.utils.clip_grad_norm_(tp, 0.5)
+    assert ft.item() == pytest.approx(tt.item(), rel=1e-5)
+    for f, t in zip(fp, tp):
+        np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-7)
+    single = _with_grads(np.array([1.0, 2.0]))[0]
+    assert nn.utils.clip_grad_norm_(single, 1.0).item() == pytest.approx(math.sqrt(5), rel=1e-5)
+    bad = _with_grads(np.array([1.0, np.nan]))
+    with pytest.raises(RuntimeError, match="non-finite"):
+        nn.utils.clip_grad_norm_(bad, 1.0, error_if_nonfinite=True)
+    assert math.isnan(nn.utils.clip_grad_norm_(bad, 1.0).item())
+    assert nn.utils.clip_grad_norm_([nn.Parameter(flow.ones(2))], 1.0).item() == 0.0  # no grads
+
+
+def test_clip_grad_value():
+    ps = _with_grads(np.array([-3.0, 0.5, 2.0]))
+    nn.utils.clip_grad_value_(ps, 1.0)
+    np.testing.assert_array_equal(ps[0].grad.numpy(), [-1.0, 0.5, 1.0])
+
+
+def test_parameters_vector_round_trip():
+    m = Net()
+    vec = nn.utils.parameters_to_vector(m.parameters())
+    n = sum(p.numel() for p in m.parameters())
+    assert vec.shape == (n,)
+    np.testing.assert_array_equal(vec.detach().numpy(),
+                                  np.concatenate([p.detach().numpy().ravel() for p in m.parameters()]))
+    params = list(m.parameters())
+    new = flow.arange(n, dtype=flow.float32)
+    nn.utils.vector_to_parameters(new, m.parameters())
+    assert list(m.parameters())[0] is params[0]
+    np.testing.assert_array_equal(m.a.weight.detach().numpy().ravel(), np.arange(12))
+    assert m.a.bias.detach().numpy().tolist() == [12, 13, 14, 15]
+    # parameters_to_vector is differentiable
+    vec = nn.utils.parameters_to_vector(m.a.parameters())
+    (vec * vec).sum().backward()
+    np.testing.assert_allclose(m.a.bias.grad.numpy(), 2 * m.a.bias.detach().numpy())
+    with pytest.raises(TypeError):
+        nn.utils.vector_to_parameters([1.0], m.parameters())
