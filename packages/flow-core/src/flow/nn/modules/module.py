@@ -10,48 +10,17 @@ from flow import _dtype as D
 from flow._device import device as _device
 from flow._tensor import Tensor
 from flow.autograd.grad_mode import no_grad
+from flow.nn.modules.hooks import (
+    _GLOBAL_HOOKS,
+    _GLOBAL_PRE_HOOKS,
+    RemovableHandle,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from flow.nn.modules.module_state import StateDictMixin
 from flow.nn.parameter import Buffer, Parameter
 
 __all__ = ["Module", "RemovableHandle", "register_module_forward_pre_hook", "register_module_forward_hook"]
-
-# Hooks that run around every module's forward (``register_module_forward_*_hook``).
-_GLOBAL_PRE_HOOKS: OrderedDict = OrderedDict()
-_GLOBAL_HOOKS: OrderedDict = OrderedDict()
-
-
-class RemovableHandle:
-    """Returned by the ``register_*_hook`` methods; ``handle.remove()`` takes the hook off again."""
-
-    _next_id = itertools.count()
-
-    def __init__(self, hooks: dict, *extra: dict) -> None:
-        self.id = next(RemovableHandle._next_id)
-        self._dicts = (hooks,) + extra
-
-    def remove(self) -> None:
-        for d in self._dicts:
-            d.pop(self.id, None)
-
-    def __enter__(self) -> "RemovableHandle":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
-
-
-def register_module_forward_pre_hook(hook: Callable) -> RemovableHandle:
-    """Run ``hook(module, args)`` before the forward of every module (a global pre-hook)."""
-    h = RemovableHandle(_GLOBAL_PRE_HOOKS)
-    _GLOBAL_PRE_HOOKS[h.id] = hook
-    return h
-
-
-def register_module_forward_hook(hook: Callable) -> RemovableHandle:
-    """Run ``hook(module, args, output)`` after the forward of every module (a global hook)."""
-    h = RemovableHandle(_GLOBAL_HOOKS)
-    _GLOBAL_HOOKS[h.id] = hook
-    return h
 
 
 def _addindent(s: str, n: int) -> str:
