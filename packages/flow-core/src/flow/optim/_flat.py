@@ -1,0 +1,175 @@
+"""Flat, contiguous storage for an optimizer's parameters, gradients and states.
+
+A :class:`FlatBucket` holds the parameters of one param group that share a dtype and a
+device. Their values live in one contiguous 1-d buffer and each parameter's ``_data`` is
+re-pointed to a view of its slice, so an update is one fused call (or a few vectorised NumPy
+expressions) over the whole bucket instead of one Python op per parameter. Gradients are
+gathered into a flat buffer with one ``concatenate(..., out=)`` per step; optimizer states
+(``exp_avg`` ...) are flat buffers with the same layout.
+
+The views stay valid as long as nobody replaces a parameter's ``_data``; ``param.data = x``,
+``flow.load`` into a parameter etc. do, and :meth:`FlatBucket.in_sync` notices it (an identity
+check per parameter), after which the optimizer re-flattens the group lazily and carries the
+states over. Low-precision parameters (float16, bfloat16) are updated in float32: their states
+and gradient buffer are float32, the parameter slice is upcast, updated and cast back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flow import _dtype as D
+from flow.errors import FlowError
+
+LOW_PRECISION = (D.float16, D.bfloat16)
+
+
+def array_module(device):
+    """The array module (``xp``) of a device (NumPy on the CPU)."""
+    if device.type == "cpu":
+        return np
+    from flow.registry import get_device_type
+
+    return get_device_type(device.type).xp
+
+
+class FlatBucket:
+    """The parameters of one group with one dtype and device, flattened into one buffer."""
+
+    def __init__(self, params: list) -> None:
+        p0 = params[0]
+        self.params = list(params)
+        self.dtype = p0.dtype
+        self.device = p0.device
+        self.xp = xp = array_module(self.device)
+        self.low = self.dtype in LOW_PRECISION
+        self.cdtype = np.dtype(np.float32) if self.low else self.dtype.np  # compute / state dtype
+        self.shapes = [tuple(p._data.shape) for p in self.params]
+        self.numels = np.array([int(p._data.size) for p in self.params], dtype=np.int64)
+        self.offsets = np.zeros(len(self.params) + 1, dtype=np.int64)
+        np.cumsum(self.numels, out=self.offsets[1:])
+        self.total = int(self.offsets[-1])
+        self.flat = xp.empty(self.total, dtype=self.dtype.np)
+        views = []
+        for p, o, n, shape in zip(self.params, self.offsets, self.numels, self.shapes):
+            seg = self.flat[o:o + n]
+            seg[...] = p._data.reshape(-1)
+            views.append(seg.reshape(shape))
+        for p, v in zip(self.params, views):
+            p._data = v
+        self.views = views
+        self.states: dict[str, object] = {}  # name -> flat array (compute dtype)
+        self.present: dict[str, np.ndarray] = {}  # name -> bool per param: state holds a value
+        self.steps = np.zeros(len(self.params), dtype=np.int64)
+        self.grad = None
+
+    # -- layout ------------------------------------------------------------------------
+    def in_sync(self) -> bool:
+        """True while every parameter still points at its view of the flat buffer."""
+        for p, v in zip(self.params, self.views):
+            if p._data is not v:
+                return False
+        return True
+
+    def state(self, name: str, fill: float = 0.0):
+        """The flat state buffer ``name``, allocated (filled with ``fill``) on first use."""
+        buf = self.states.get(name)
+        if buf is None:
+            buf = self.xp.full(self.total, fill, dtype=self.cdtype)
+            self.states[name] = buf
+            self.present[name] = np.zeros(len(self.params), dtype=bool)
+        return buf
+
+    def param_state(self, i: int) -> dict:
+        """``{name: array view}`` of the states that hold a value for parameter ``i``."""
+        o, n, shape = int(self.offsets[i]), int(self.numels[i]), self.shapes[i]
+        return {k: buf[o:o + n].reshape(shape) for k, buf in self.states.items() if self.present[k][i]}
+
+    def set_param_state(self, i: int, name: str, value) -> None:
+        """Copy ``value`` (any array-like of the parameter's size) into state ``name`` of parameter ``i``."""
+        o, n = int(self.offsets[i]), int(self.numels[i])
+        arr = np.asarray(value)
+        if arr.size != n:
+            raise ValueError(
+                f"optimizer state '{name}' has {arr.size} elements but the parameter has {n} "
+                f"(shape {self.shapes[i]})"
+            )
+        buf = self.state(name)
+        buf[o:o + n] = self.xp.asarray(arr.reshape(-1).astype(self.cdtype, copy=False))
+        self.present[name][i] = True
+
+    def clear_state(self) -> None:
+        self.states.clear()
+        self.present.clear()
+        self.steps[:] = 0
+
+    # -- one step ------------------------------------------------------------------------
+    def runs(self, names) -> list[tuple[int, int]]:
+        """Maximal ranges ``[i0, i1)`` of parameters that have a gradient and the same step/state status.
+
+        In the usual case (every parameter has a gradient, all were initialised together) this
+        is one range covering the whole bucket, i.e. one fused update.
+        """
+        out: list[tuple[int, int]] = []
+        pres = [self.present[k] for k in names if k in self.present]
+        start, key = -1, None
+        for i, p in enumerate(self.params):
+            g = p.grad
+            k = None if g is None else (int(self.steps[i]),) + tuple(bool(m[i]) for m in pres)
+            if k != key or k is None:
+                if key is not None:
+                    out.append((start, i))
+                start, key = i, k
+        if key is not None:
+            out.append((start, len(self.params)))
+        return out
+
+    def gather_grads(self, i0: int, i1: int):
+        """Copy the gradients of parameters ``i0:i1`` into the flat grad buffer (one concatenate)."""
+        if self.grad is None:
+            self.grad = self.xp.empty(self.total, dtype=self.cdtype)
+        o0, o1 = int(self.offsets[i0]), int(self.offsets[i1])
+        parts = []
+        for i in range(i0, i1):
+            g = self.params[i].grad
+            gd = g._data
+            if gd.size != self.numels[i]:
+                raise FlowError(
+                    f"optimizer: parameter of shape {self.shapes[i]} has a gradient of shape {tuple(gd.shape)}"
+                )
+            parts.append(gd.reshape(-1))
+        out = self.grad[o0:o1]
+        if len(parts) == 1:
+            out[...] = parts[0]
+        else:
+            self.xp.concatenate(parts, out=out)
+        return out
+
+    def param_slice(self, o0: int, o1: int):
+        """The parameter values of ``[o0, o1)`` as a contiguous array of the compute dtype."""
+        seg = self.flat[o0:o1]
+        return seg.astype(self.cdtype) if self.low else seg
+
+    def write_back(self, o0: int, o1: int, values) -> None:
+        if self.low:
+            self.flat[o0:o1] = values
+
+
+def segment_norms(x, starts, numels, xp=np):
+    """The L2 norm of each segment ``x[starts[k]:starts[k] + numels[k]]`` (float64), vectorised."""
+    out = np.zeros(len(numels), dtype=np.float64)
+    nz = numels > 0
+    if nz.any():
+        sums = xp.add.reduceat(x * x, xp.asarray(starts[nz]), dtype=np.float64)
+        out[nz] = np.asarray(sums.get() if hasattr(sums, "get") else sums)
+    return np.sqrt(out)
+
+
+def use_native(arr) -> bool:
+    """Whether the native fused kernels can update ``arr`` (a float32/float64 NumPy array, extension built)."""
+    from flow.backends.cpu import native
+
+    return native.HAVE_NATIVE and isinstance(arr, np.ndarray) and arr.dtype in _NATIVE_DTYPES
+
+
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

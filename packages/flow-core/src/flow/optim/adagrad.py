@@ -1,0 +1,57 @@
+"""``flow.optim.Adagrad`` (torch.optim.Adagrad), vectorised over flat buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flow.optim.optimizer import Optimizer, _float
+
+
+class Adagrad(Optimizer):
+    """torch.optim.Adagrad: ``sum += g*g; p -= clr * g / (sqrt(sum) + eps)``, ``clr = lr / (1 + (t-1) lr_decay)``.
+
+    As in PyTorch the state (``step`` = 0, ``sum`` = ``initial_accumulator_value``) is created
+    when the optimizer is built, not at the first step.
+    """
+
+    def __init__(self, params, lr=1e-2, lr_decay: float = 0, weight_decay: float = 0,
+                 initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False) -> None:
+        defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
+                        initial_accumulator_value=initial_accumulator_value, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _validate_group(self, group: dict) -> None:
+        if _float(group["lr"]) < 0.0:
+            raise ValueError(f"Invalid learning rate: {group['lr']}")
+        if group["lr_decay"] < 0.0:
+            raise ValueError(f"Invalid lr_decay value: {group['lr_decay']}")
+        if group["weight_decay"] < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
+        if group["initial_accumulator_value"] < 0.0:
+            raise ValueError(f"Invalid initial_accumulator_value value: {group['initial_accumulator_value']}")
+        if group["eps"] < 0.0:
+            raise ValueError(f"Invalid epsilon value: {group['eps']}")
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        self._buckets(len(self.param_groups) - 1)  # the state exists from the start, as in PyTorch
+
+    def _init_bucket(self, group: dict, bucket) -> None:
+        bucket.state("sum", float(group["initial_accumulator_value"]))
+        bucket.present["sum"][:] = True
+
+    def _state_names(self, group: dict) -> dict:
+        return {"sum": float(group["initial_accumulator_value"])}
+
+    def _update(self, group, p, g, state, step, layout) -> None:
+        lr, wd, eps = _float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
+        if wd != 0:
+            g += wd * p
+        clr = lr / (1 + (step - 1) * float(group["lr_decay"]))
+        s = state["sum"]
+        s += g * g
+        std = np.sqrt(s)
+        std += eps
+        g /= std
+        g *= clr
+        p -= g

@@ -1,0 +1,220 @@
+"""DataLoader worker processes: the loop each worker runs, and what travels between processes.
+
+A worker receives tasks ``(epoch, task_idx, indices)`` on its own index queue and answers
+``(epoch, task_idx, payload)`` on the shared result queue. The payload is pickled by the worker
+itself (so a sample that cannot be pickled becomes an error the main process sees instead of a
+silently lost batch); flow tensors travel as NumPy arrays plus their dtype name. A failure is
+sent as an :class:`ExceptionWrapper` carrying the worker's traceback text, which the main
+process re-raises.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import random
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: how often (seconds) a blocked worker / main process wakes up to check that the other side lives
+POLL_INTERVAL = 0.5
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What :func:`get_worker_info` returns inside a worker process."""
+
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+
+_worker_info: WorkerInfo | None = None
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """In a DataLoader worker: its id, the number of workers, its seed and its dataset copy; else ``None``."""
+    return _worker_info
+
+
+class ExceptionWrapper:
+    """An exception raised in a worker, with the worker's traceback as text."""
+
+    def __init__(self, exc_info=None, where: str = "in background") -> None:
+        if exc_info is None:
+            exc_info = sys.exc_info()
+        exc_type, exc, tb = exc_info
+        self.type_name = exc_type.__name__
+        try:
+            pickle.loads(pickle.dumps(exc_type))
+            self.exc_type = exc_type
+        except Exception:
+            self.exc_type = None
+        self.msg = "".join(traceback.format_exception(exc_type, exc, tb))
+        self.where = where
+
+    def reraise(self):
+        """Raise the worker's exception type (or RuntimeError) with the worker's traceback in the message."""
+        msg = f"Caught {self.type_name} {self.where}.\nOriginal Traceback (most recent call last):\n{self.msg}"
+        if self.exc_type is KeyError:
+            msg = _KeyErrorMessage(msg)
+        exc = None
+        if self.exc_type is not None:
+            try:
+                exc = self.exc_type(msg)
+            except Exception:
+                exc = None
+        if exc is None:
+            from flow.utils.data.dataloader import DataLoaderWorkerError
+
+            exc = DataLoaderWorkerError(msg)
+        raise exc
+
+
+class _KeyErrorMessage(str):
+    """KeyError quotes its message; this keeps the traceback readable."""
+
+    def __repr__(self) -> str:
+        return self
+
+
+@dataclass
+class IterableEnd:
+    """Sent by a worker whose IterableDataset iterator is exhausted."""
+
+    worker_id: int
+
+
+class _TensorPayload:
+    """A flow tensor in transit: its NumPy array, dtype name and requires_grad flag."""
+
+    __slots__ = ("array", "dtype", "requires_grad")
+
+    def __init__(self, array: np.ndarray, dtype: str, requires_grad: bool) -> None:
+        self.array, self.dtype, self.requires_grad = array, dtype, requires_grad
+
+    def __reduce__(self):
+        return (_TensorPayload, (self.array, self.dtype, self.requires_grad))
+
+
+def to_payload(obj):
+    """Replace the flow tensors in ``obj`` (nested dicts / lists / tuples) by NumPy payloads."""
+    from flow._tensor import Tensor
+
+    if isinstance(obj, Tensor):
+        return _TensorPayload(np.asarray(obj.numpy_host()), obj.dtype.name, bool(obj.requires_grad))
+    if isinstance(obj, dict):
+        try:
+            return type(obj)((k, to_payload(v)) for k, v in obj.items())
+        except TypeError:
+            return {k: to_payload(v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(to_payload(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_payload(v) for v in obj)
+    return obj
+
+
+def from_payload(obj):
+    """Inverse of :func:`to_payload`: NumPy payloads become CPU flow tensors (no copy)."""
+    if isinstance(obj, _TensorPayload):
+        from flow import _dtype as D
+        from flow._device import CPU
+        from flow._tensor import Tensor
+
+        t = Tensor._make(obj.array, D.as_dtype(obj.dtype), CPU)
+        t.requires_grad = obj.requires_grad
+        return t
+    if isinstance(obj, dict):
+        try:
+            return type(obj)((k, from_payload(v)) for k, v in obj.items())
+        except TypeError:
+            return {k: from_payload(v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(from_payload(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(from_payload(v) for v in obj)
+    return obj
+
+
+def seed_worker(seed: int) -> None:
+    """Seed Python's, NumPy's and flow's global generators in a worker."""
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    from flow._random import manual_seed
+
+    manual_seed(seed)
+
+
+def _fetch(dataset, iterable: bool, it, indices, auto_collation: bool, collate_fn, drop_last: bool, worker_id):
+    if iterable:
+        if not auto_collation:
+            return collate_fn(next(it))
+        batch = []
+        for _ in range(indices):
+            try:
+                batch.append(next(it))
+            except StopIteration:
+                break
+        if not batch or (drop_last and len(batch) < indices):
+            raise StopIteration
+        return collate_fn(batch)
+    if auto_collation:
+        getitems = getattr(dataset, "__getitems__", None)
+        data = getitems(indices) if callable(getitems) else [dataset[i] for i in indices]
+        return collate_fn(data)
+    return collate_fn(dataset[indices])
+
+
+def worker_loop(dataset, iterable: bool, index_queue, result_queue, auto_collation: bool, collate_fn,
+                drop_last: bool, base_seed: int, init_fn, worker_id: int, num_workers: int, parent_pid: int) -> None:
+    """The body of a worker process (see the module docstring for the protocol)."""
+    global _worker_info
+    try:
+        seed = base_seed + worker_id
+        seed_worker(seed)
+        _worker_info = WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
+        init_error = None
+        try:
+            if init_fn is not None:
+                init_fn(worker_id)
+        except Exception:
+            init_error = ExceptionWrapper(where=f"in DataLoader worker process {worker_id} (worker_init_fn)")
+        it, it_epoch = None, None
+        while True:
+            try:
+                task = index_queue.get(timeout=POLL_INTERVAL)
+            except queue.Empty:
+                if os.getppid() != parent_pid:  # the main process died: leave
+                    break
+                continue
+            if task is None:
+                break
+            epoch, idx, indices = task
+            if init_error is not None:
+                data = init_error
+            else:
+                try:
+                    if iterable and it_epoch != epoch:
+                        it, it_epoch = iter(dataset), epoch
+                    data = _fetch(dataset, iterable, it, indices, auto_collation, collate_fn, drop_last, worker_id)
+                except StopIteration:
+                    data = IterableEnd(worker_id)
+                except Exception:
+                    data = ExceptionWrapper(where=f"in DataLoader worker process {worker_id}")
+            try:
+                blob = pickle.dumps(to_payload(data), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                blob = pickle.dumps(ExceptionWrapper(
+                    where=f"in DataLoader worker process {worker_id} while sending a batch to the main process"))
+            result_queue.put((epoch, idx, blob))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        result_queue.cancel_join_thread()
