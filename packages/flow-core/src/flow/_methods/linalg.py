@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import flow.ops.linalg as _L
+from flow.ops.inplace import apply_inplace
 
 
 class LinalgMethods:
@@ -22,3 +23,42 @@ class LinalgMethods:
 
     def bmm(self, mat2):
         return _L.bmm(self, mat2)
+
+    def dot(self, other):
+        return _L.dot(self, other)
+
+    def vdot(self, other):
+        return _L.vdot(self, other)
+
+    def outer(self, vec2):
+        return _L.outer(self, vec2)
+
+    def ger(self, vec2):
+        return _L.outer(self, vec2)
+
+    def inner(self, other):
+        return _L.inner(self, other)
+
+    def mv(self, vec):
+        return _L.mv(self, vec)
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        return _L.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+
+    def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
+        return apply_inplace(self, _L.addmm(self, mat1, mat2, beta=beta, alpha=alpha), "addmm_")
+
+    def addmv(self, mat, vec, *, beta=1, alpha=1):
+        return _L.addmv(self, mat, vec, beta=beta, alpha=alpha)
+
+    def addr(self, vec1, vec2, *, beta=1, alpha=1):
+        return _L.addr(self, vec1, vec2, beta=beta, alpha=alpha)
+
+    def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return _L.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
+        return apply_inplace(self, _L.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha), "baddbmm_")
+
+    def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return _L.addbmm(self, batch1, batch2, beta=beta, alpha=alpha)

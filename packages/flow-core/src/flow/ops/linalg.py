@@ -1,12 +1,14 @@
-"""Matrix products: matmul (more in this module as they are added)."""
+"""Matrix products: matmul/mm/bmm, einsum, and products built on them (dot, outer, tensordot, addmm ...)."""
 
 from __future__ import annotations
 
+from flow import _dtype as D
 from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops._grad_util import sum_to_shape
+from flow.registry.ops import Attr
 
 
 def _matmul_meta(a, b):
@@ -90,6 +92,291 @@ def bmm(input, mat2):
 
 
 
+# -- einsum ----------------------------------------------------------------------------------------
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _einsum_parse(equation: str, shapes: list) -> tuple:
+    """Normalise an equation to explicit letters (no '...', with '->'); also each letter's size.
+
+    Returns ``(equation, sizes, terms, out)``. Size-1 dims broadcast against larger ones of the
+    same letter (the caller expands those operands before calling the op).
+    """
+    op = "einsum"
+    if not isinstance(equation, str):
+        raise OpTypeError(op, f"'equation' must be a string, got {type(equation).__name__}")
+    eq = equation.replace(" ", "")
+    bad = set(eq) - set(_LETTERS) - set(".,->")
+    if bad:
+        raise OpError(op, f"invalid characters {sorted(bad)} in equation {equation!r}; subscripts are letters")
+    if eq.count("->") > 1 or ("-" in eq.replace("->", "")) or (">" in eq.replace("->", "")):
+        raise OpError(op, f"malformed equation {equation!r}")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise OpError(op, f"the equation {equation!r} names {len(terms)} operands, got {len(shapes)} tensors")
+    used = set(c for c in eq if c.isalpha())
+    free = [c for c in _LETTERS if c not in used]
+    n_ell = []
+    for i, (t, s) in enumerate(zip(terms, shapes)):
+        if "..." in t:
+            if t.count("...") > 1 or "." in t.replace("...", "", 1):
+                raise OpError(op, f"operand {i} subscripts {t!r}: at most one '...' and no other dots")
+            k = len(s) - (len(t) - 3)
+            if k < 0:
+                raise OpError(op, f"operand {i} has {len(s)} dims but its subscripts {t!r} name more")
+            n_ell.append(k)
+        else:
+            if "." in t:
+                raise OpError(op, f"operand {i} subscripts {t!r}: a dot must be part of '...'")
+            if len(t) != len(s):
+                raise OpError(op, f"operand {i} has {len(s)} dims but its subscripts {t!r} name {len(t)}")
+            n_ell.append(0)
+    m = max(n_ell, default=0)
+    if m > len(free):
+        raise OpError(op, "too many dims under '...'")
+    ell = "".join(free[:m])
+    terms = [t.replace("...", ell[m - k:]) for t, k in zip(terms, n_ell)]
+    if arrow:
+        if "..." in rhs:
+            if rhs.count("...") > 1 or "." in rhs.replace("...", "", 1):
+                raise OpError(op, f"output subscripts {rhs!r}: at most one '...' and no other dots")
+            out = rhs.replace("...", ell)
+        elif "." in rhs:
+            raise OpError(op, f"output subscripts {rhs!r}: a dot must be part of '...'")
+        else:
+            out = rhs
+        lhs_letters = set("".join(terms))
+        for c in out:
+            if c not in lhs_letters:
+                raise OpError(op, f"output subscript {c!r} does not appear in any operand")
+        if len(set(out)) != len(out):
+            raise OpError(op, f"output subscripts {rhs!r} repeat a letter")
+    else:
+        allin = "".join(terms)
+        out = ell + "".join(sorted(c for c in set(allin) if allin.count(c) == 1 and c not in ell))
+    sizes: dict = {}
+    where: dict = {}
+    for i, (t, s) in enumerate(zip(terms, shapes)):
+        for k, (c, n) in enumerate(zip(t, s)):
+            have = sizes.get(c)
+            if have is None or have == 1:
+                sizes[c] = n
+                where[c] = (i, k)
+            elif n != 1 and n != have:
+                raise OpError(op, f"subscript {c!r} has size {have} (operand {where[c][0]}, dim {where[c][1]}) but "
+                                  f"{n} (operand {i}, dim {k}); shapes {[tuple(x) for x in shapes]}")
+    for i, (t, s) in enumerate(zip(terms, shapes)):
+        for c, n in zip(t, s):
+            if t.count(c) > 1 and n != sizes[c]:
+                raise OpError(op, f"operand {i} repeats subscript {c!r} over dims of different sizes {tuple(s)}")
+    return ",".join(terms) + "->" + out, sizes, terms, out
+
+
+def _einsum_meta(operands, equation):
+    if not operands:
+        raise OpError("einsum", "expected at least one operand")
+    dev = M.check_same_device("einsum", *operands)
+    dt = operands[0].dtype
+    for i, t in enumerate(operands):
+        if t.dtype != dt:
+            raise OpTypeError("einsum", f"operands must have the same dtype after promotion, got {dt} and {t.dtype} "
+                                        f"(operand {i})")
+    if dt.category == 0:
+        raise OpTypeError("einsum", "bool tensors are not supported")
+    shapes = [tuple(t.shape) for t in operands]
+    _, sizes, terms, out = _einsum_parse(equation, shapes)
+    for i, (t, s) in enumerate(zip(terms, shapes)):
+        if tuple(sizes[c] for c in t) != s:
+            raise OpError("einsum", f"operand {i} of shape {s} must have the full sizes "
+                                    f"{tuple(sizes[c] for c in t)} (broadcast it first)")
+    return M.TensorMeta(tuple(sizes[c] for c in out), dt, dev)
+
+
+def _einsum_grad(ctx, g):
+    from flow._creation import eye, ones
+
+    ops = ctx.inputs[0]
+    eq = ctx.attrs["equation"]
+    _, sizes, terms, out = _einsum_parse(eq, [tuple(t.shape) for t in ops])
+    spare = [c for c in _LETTERS if c not in set(eq)]
+    grads = []
+    for i, t in enumerate(terms):
+        if ctx.next[i][0] is None:
+            grads.append(None)
+            continue
+        subs = [out] + [terms[j] for j in range(len(terms)) if j != i]
+        args = [g] + [ops[j] for j in range(len(terms)) if j != i]
+        target, seen, k = [], set(), 0
+        for c in t:
+            if c in seen:  # a repeated subscript (a diagonal): fresh letter tied by an identity matrix
+                c2 = spare[k]
+                k += 1
+                subs.append(c + c2)
+                args.append(eye(sizes[c], dtype=g.dtype, device=g.device))
+                target.append(c2)
+            else:
+                seen.add(c)
+                target.append(c)
+        avail = set("".join(subs))
+        for c in seen:
+            if c not in avail:  # summed over in this operand only: the gradient is broadcast along it
+                subs.append(c)
+                args.append(ones(sizes[c], dtype=g.dtype, device=g.device))
+        grads.append(call(EINSUM, args, equation=",".join(subs) + "->" + "".join(target)))
+    return (grads,)
+
+
+EINSUM = defop("einsum", ["*operands"], [Attr("equation", str)], meta=_einsum_meta, grad=_einsum_grad,
+               save="inputs")
+
+
+@kernel(EINSUM)
+def _einsum_kernel(xp):
+    def run(operands, equation):
+        r = xp.einsum(equation, *operands, optimize=len(operands) > 1)
+        r = xp.asarray(r)
+        if len(operands) == 1 or r.dtype != operands[0].dtype:  # never alias the input; keep the dtype
+            r = r.astype(operands[0].dtype, copy=True)
+        return r
+
+    return run
+
+
+def einsum(equation: str, *operands):
+    """Einstein summation (``'ij,jk->ik'``), with '...' and implicit outputs, as ``torch.einsum``."""
+    from flow._tensor import Tensor
+
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    for i, t in enumerate(operands):
+        if not isinstance(t, Tensor):
+            raise OpTypeError("einsum", f"operand {i} must be a Tensor, got {type(t).__name__}")
+    if not operands:
+        raise OpError("einsum", "expected at least one operand")
+    dt = operands[0].dtype
+    for t in operands[1:]:
+        dt = D.promote_types(dt, t.dtype)
+    ops = [t if t.dtype is dt else t.to(dt) for t in operands]
+    eq, sizes, terms, _ = _einsum_parse(equation, [tuple(t.shape) for t in ops])
+    ops = [t if tuple(t.shape) == tuple(sizes[c] for c in s) else t.expand(*[sizes[c] for c in s])
+           for t, s in zip(ops, terms)]
+    return call(EINSUM, ops, equation=eq)
+
+
+# -- products written with other ops ----------------------------------------------------------------
+def _check_nd(op, x, nd, arg):
+    from flow._tensor import Tensor
+
+    if not isinstance(x, Tensor):
+        raise OpTypeError(op, f"'{arg}' must be a Tensor, got {type(x).__name__}")
+    if x.ndim != nd:
+        raise OpError(op, f"'{arg}' must be {nd}-d, got shape {tuple(x.shape)}")
+
+
+def dot(input, other):
+    """Dot product of two 1-d tensors of the same dtype and length."""
+    _check_nd("dot", input, 1, "input")
+    _check_nd("dot", other, 1, "other")
+    if input.dtype is not other.dtype:
+        raise OpTypeError("dot", f"expected both vectors to have the same dtype, got {input.dtype} and {other.dtype}")
+    if input.shape[0] != other.shape[0]:
+        raise OpError("dot", f"inconsistent sizes: 'input' has {input.shape[0]} elements, 'other' {other.shape[0]}")
+    return matmul(input, other)
+
+
+vdot = dot
+
+
+def outer(input, vec2):
+    """Outer product of two 1-d tensors (dtypes promoted)."""
+    _check_nd("outer", input, 1, "input")
+    _check_nd("outer", vec2, 1, "vec2")
+    return input.reshape(-1, 1) * vec2.reshape(1, -1)
+
+
+ger = outer
+
+
+def inner(input, other):
+    """Sum over the last dims of both (a product with a 0-d operand)."""
+    if input.ndim == 0 or other.ndim == 0:
+        return input * other
+    if input.shape[-1] != other.shape[-1]:
+        raise OpError("inner", f"the last dims must match, got shapes {tuple(input.shape)} and {tuple(other.shape)}")
+    return tensordot(input, other, ([-1], [-1]))
+
+
+def tensordot(a, b, dims=2):
+    """Contract ``dims`` (an int: last of ``a`` with first of ``b``; or two lists of dims)."""
+    if isinstance(dims, int):
+        if dims < 0 or dims > min(a.ndim, b.ndim):
+            raise OpError("tensordot", f"dims={dims} must be in [0, {min(a.ndim, b.ndim)}] for shapes "
+                                       f"{tuple(a.shape)} and {tuple(b.shape)}")
+        da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
+        if len(da) != len(db):
+            raise OpError("tensordot", f"both dim lists must have the same length, got {da} and {db}")
+        da = list(M.wrap_dims("tensordot", da, a.ndim))
+        db = list(M.wrap_dims("tensordot", db, b.ndim))
+    for i, j in zip(da, db):
+        if a.shape[i] != b.shape[j]:
+            raise OpError("tensordot", f"contracted dims differ in size: dim {i} of 'a' {tuple(a.shape)} and dim {j} "
+                                       f"of 'b' {tuple(b.shape)}")
+    ra = [i for i in range(a.ndim) if i not in da]
+    rb = [j for j in range(b.ndim) if j not in db]
+    k = 1
+    for i in da:
+        k *= a.shape[i]
+    am = a.permute(*(ra + da)).reshape(-1, k)
+    bm = b.permute(*(db + rb)).reshape(k, -1)
+    return matmul(am, bm).reshape(*[a.shape[i] for i in ra], *[b.shape[j] for j in rb])
+
+
+def mv(input, vec):
+    """Matrix-vector product."""
+    _check_nd("mv", input, 2, "input")
+    _check_nd("mv", vec, 1, "vec")
+    return matmul(input, vec)
+
+
+def _scaled_add(op, input, prod, beta, alpha):
+    shape = tuple(prod.shape)
+    try:
+        ok = M.broadcast_shapes(op, tuple(input.shape), shape) == shape
+    except OpError:
+        ok = False
+    if not ok:
+        raise OpError(op, f"'input' of shape {tuple(input.shape)} cannot be broadcast to the product's shape {shape}")
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod
+    return prod + (input if beta == 1 else input * beta)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat1 @ mat2)`` (``input`` broadcast; ignored when ``beta == 0``)."""
+    return _scaled_add("addmm", input, mm(mat1, mat2), beta, alpha)
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1):
+    return _scaled_add("addmv", input, mv(mat, vec), beta, alpha)
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):
+    return _scaled_add("addr", input, outer(vec1, vec2), beta, alpha)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    return _scaled_add("baddbmm", input, bmm(batch1, batch2), beta, alpha)
+
+
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    return _scaled_add("addbmm", input, bmm(batch1, batch2).sum(0), beta, alpha)
+
+
 # -- opcheck samples ------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
@@ -107,4 +394,19 @@ def _mm_samples():
 
 set_samples(MATMUL, _mm_samples)
 
-__all__ = ["matmul", "mm", "bmm"]
+
+
+def _einsum_samples():
+    u = S.uniform
+    yield SampleInput(([u((3, 4), seed=1), u((4, 5), seed=2)],), {"equation": "ij,jk->ik"})
+    yield SampleInput(([u((2, 3, 4), seed=3), u((2, 4), seed=4)],), {"equation": "bij,bj->bi"})
+    yield SampleInput(([u((3, 3), seed=5)],), {"equation": "ii->i"})
+    yield SampleInput(([u((3, 3, 2), seed=6), u((4,), seed=7)],), {"equation": "iij,k->jk"})
+    yield SampleInput(([u((2, 3), seed=8), u((3, 4), seed=9), u((4,), seed=10)],), {"equation": "ij,jk,k->"})
+    yield SampleInput(([u((2, 5), seed=11)],), {"equation": "ij->ji"})
+
+
+set_samples(EINSUM, _einsum_samples)
+
+__all__ = ["matmul", "mm", "bmm", "einsum", "dot", "vdot", "outer", "ger", "inner", "tensordot", "mv", "addmm",
+           "addmv", "addr", "baddbmm", "addbmm"]

@@ -258,4 +258,5 @@ set_samples(PERMUTE, lambda: [SampleInput((S.uniform((2, 3, 4), seed=1),), {"dim
 set_samples(EXPAND, lambda: [SampleInput((S.uniform((3, 1), seed=1),), {"shape": (2, 3, 4)}),
                              SampleInput((S.uniform((1,), seed=2),), {"shape": (5,)})])
 
-__all__ = ["reshape", "view", "permute", "transpose", "swapaxes", "swapdims", "t", "expand", "expand_as", "unsqueeze", "squeeze", "flatten"]
+__all__ = ["reshape", "view", "permute", "transpose", "swapaxes", "swapdims", "t", "expand", "expand_as", "unsqueeze",
+           "squeeze", "flatten"]

@@ -24,6 +24,7 @@ OP_MODULES = (
     "flow.ops.sorting",
     "flow.ops.shape_ops",
     "flow.ops.indexing",
+    "flow.ops.views", "flow.ops.subscript", "flow.ops.padding",
     "flow.ops.nn_conv",
     "flow.ops.nn_pool",
     "flow.ops.nn_norm",
