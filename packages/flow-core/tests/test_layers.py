@@ -161,6 +161,7 @@ def test_conv2d_parity(kw):
     check_parity(nn.Conv2d(4, 6, kernel, **kw), torch.nn.Conv2d(4, 6, kernel, **kw), randn(2, 4, 9, 8))
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
 def test_conv2d_even_kernel_same_and_repr():
     torch = _torch()
     check_parity(nn.Conv2d(2, 3, (4, 2), padding="same"), torch.nn.Conv2d(2, 3, (4, 2), padding="same"),
@@ -176,6 +177,17 @@ def test_conv2d_even_kernel_same_and_repr():
 def test_conv1d_parity(kw):
     torch = _torch()
     check_parity(nn.Conv1d(3, 6, 3, **kw), torch.nn.Conv1d(3, 6, 3, **kw), randn(2, 3, 11))
+
+
+def test_conv3d_parity():
+    torch = _torch()
+    if not hasattr(nn.functional, "conv3d"):
+        pytest.skip("nn.functional.conv3d is not implemented yet")
+    check_parity(nn.Conv3d(2, 4, 3, padding=1, stride=(1, 2, 1)), torch.nn.Conv3d(2, 4, 3, padding=1,
+                                                                                   stride=(1, 2, 1)),
+                 randn(1, 2, 5, 6, 4))
+    check_parity(nn.ConvTranspose3d(2, 3, 2, stride=2), torch.nn.ConvTranspose3d(2, 3, 2, stride=2),
+                 randn(1, 2, 3, 3, 2))
 
 
 def test_conv_errors():

@@ -92,6 +92,7 @@ def test_rnn_unbatched(cls):
     rnn_parity(fm, tm, randn(6, 4), (h0, randn(2, 3, seed=3)) if cls == "LSTM" else h0)
 
 
+@pytest.mark.filterwarnings("ignore:LSTM with projections")
 def test_rnn_relu_and_lstm_proj():
     torch = pytest.importorskip("torch")
     rnn_parity(nn.RNN(3, 4, nonlinearity="relu", num_layers=2), torch.nn.RNN(3, 4, nonlinearity="relu",

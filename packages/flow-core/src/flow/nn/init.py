@@ -74,7 +74,7 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
     """Fill with samples from U(a, b).
 
-    >>> flow.nn.init.uniform_(flow.empty(3, 5), -0.1, 0.1)
+    >>> w = flow.nn.init.uniform_(flow.empty(3, 5), -0.1, 0.1)
     """
     return _fill(tensor, host_rng(generator).uniform(a, b, tuple(tensor.shape)))
 
