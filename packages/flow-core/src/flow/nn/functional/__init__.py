@@ -28,7 +28,8 @@ def _export() -> None:
             continue
         for name in getattr(mod, "__all__", ()):
             g[name] = getattr(mod, name)
-            __all__.append(name)
+            if name not in __all__:
+                __all__.append(name)
 
 
 _export()
