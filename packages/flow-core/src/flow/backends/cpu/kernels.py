@@ -2,6 +2,8 @@
 
 Each entry maps an op to a kernel calling the extension; the NumPy reference
 kernel stays registered as the generic one, which opcheck compares against.
+The native softmax / layer-norm kernels work over the last axis: other dims
+are moved last (a view) before the call and back after it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,21 @@ def register(registry) -> None:
             registry.register_kernel(op_name, "cpu", fn, dtypes=fdt)
 
 
+def _last_axis(fn, dim, *arrays):
+    """Run a last-axis native kernel over ``dim`` of equally shaped arrays."""
+    x = arrays[0]
+    nd = x.ndim
+    if nd == 0:
+        return fn(*(a.reshape(1) for a in arrays)).reshape(())
+    if x.size == 0:
+        return np.zeros_like(x)
+    dim = dim % nd
+    if dim == nd - 1:
+        return fn(*arrays)
+    out = fn(*(np.moveaxis(a, dim, -1) for a in arrays))
+    return np.moveaxis(out, -1, dim)
+
+
 def _kernel_table(native) -> dict:
     table = {}
 
@@ -36,4 +53,31 @@ def _kernel_table(native) -> dict:
 
     table["gelu"] = gelu
     table["gelu_backward"] = gelu_backward
+
+    # softmax family (flow.ops.nn_act)
+    table["softmax"] = lambda x, dim=-1: _last_axis(native.softmax_forward, dim, x)
+    table["log_softmax"] = lambda x, dim=-1: _last_axis(native.log_softmax_forward, dim, x)
+    table["softmax_backward"] = lambda g, y, dim=-1: _last_axis(native.softmax_backward, dim, g, y)
+    table["log_softmax_backward"] = lambda g, y, dim=-1: _last_axis(native.log_softmax_backward, dim, g, y)
+
+    def silu_backward(g, x):
+        if g.shape != x.shape:
+            g, x = np.broadcast_arrays(g, x)
+        return native.silu_backward(g, x)
+
+    table["silu"] = native.silu_forward
+    table["silu_backward"] = silu_backward
+    _nn_kernels(native, table)
     return table
+
+
+def _nn_kernels(native, table: dict) -> None:
+    """layer_norm and cross_entropy: the NumPy kernels with native row kernels plugged in."""
+    try:
+        from flow.ops import nn_loss, nn_norm
+    except ImportError:  # pragma: no cover - partial trees
+        return
+    if hasattr(nn_norm, "native_kernels"):
+        table.update(nn_norm.native_kernels(native))
+    if hasattr(nn_loss, "native_kernels"):
+        table.update(nn_loss.native_kernels(native))

@@ -1,0 +1,112 @@
+"""Dropout, as ``torch.nn.functional``.
+
+Masks are drawn on the host from flow's default generator (so
+``flow.manual_seed`` makes them reproducible) and moved to the input's device;
+the result is ``input * mask`` so the gradient comes from autograd.
+"""
+
+from __future__ import annotations
+
+from flow.errors import OpError, OpTypeError
+
+__all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
+
+_SELU_ALPHA_PRIME = 1.7580993408473766  # -scale * alpha of SELU
+
+
+def _check(op, input, p):
+    from flow._tensor import Tensor
+
+    if not isinstance(input, Tensor):
+        raise OpTypeError(op, f"'input' must be a Tensor, got {type(input).__name__}")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
+        raise OpError(op, f"dropout probability has to be between 0 and 1, but got {p}")
+    if not input.dtype.is_floating_point:
+        raise OpTypeError(op, f"'input' must be a floating-point tensor, got {input.dtype}")
+
+
+def _keep_mask(input, shape, p: float, scale: float):
+    """A host-drawn 0/``scale`` mask of ``shape`` (broadcastable to the input) on the input's device."""
+    import flow
+    from flow._random import host_rng
+
+    keep = host_rng(None).random(shape) >= p
+    return flow.tensor(keep.astype(input.dtype.np) * input.dtype.np.type(scale), dtype=input.dtype,
+                       device=input.device)
+
+
+def _finish(input, out, op, inplace):
+    if inplace:
+        from flow.ops.inplace import apply_inplace
+
+        return apply_inplace(input, out, op + "_")
+    return out
+
+
+def _dropout(op, input, p, training, inplace, shape):
+    _check(op, input, p)
+    p = float(p)
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return _finish(input, input * 0.0, op, inplace)
+    return _finish(input, input * _keep_mask(input, shape, p, 1.0 / (1.0 - p)), op, inplace)
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)`` (in training)."""
+    return _dropout("dropout", input, p, training, inplace, tuple(input.shape) if hasattr(input, "shape") else ())
+
+
+def _feature_shape(op, input, spatial: int):
+    nd = input.ndim
+    if nd not in (spatial + 1, spatial + 2):
+        raise OpError(op, f"expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got shape "
+                          f"{tuple(input.shape)}")
+    lead = 1 if nd == spatial + 1 else 2
+    return tuple(input.shape[:lead]) + (1,) * (nd - lead)
+
+
+def _feature(op, spatial):
+    def fn(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+        _check(op, input, p)
+        return _dropout(op, input, p, training, inplace, _feature_shape(op, input, spatial))
+
+    fn.__name__ = op
+    fn.__doc__ = f"Zero whole channels with probability ``p`` ({spatial}-d feature maps), scaling the rest."
+    return fn
+
+
+dropout1d = _feature("dropout1d", 1)
+dropout2d = _feature("dropout2d", 2)
+dropout3d = _feature("dropout3d", 3)
+
+
+def _alpha(op, input, p, training, inplace, shape):
+    _check(op, input, p)
+    p = float(p)
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return _finish(input, input * 0.0, op, inplace)
+    import flow
+    from flow._random import host_rng
+
+    keep = (host_rng(None).random(shape) >= p).astype(input.dtype.np)
+    a = 1.0 / ((_SELU_ALPHA_PRIME ** 2 * p + 1.0) * (1.0 - p)) ** 0.5
+    b = (keep - 1.0) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
+    mul = flow.tensor((keep * a).astype(input.dtype.np), device=input.device)
+    add = flow.tensor(b.astype(input.dtype.np), device=input.device)
+    return _finish(input, input * mul + add, op, inplace)
+
+
+def alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False):
+    """Dropout that keeps SELU's self-normalising mean and variance."""
+    return _alpha("alpha_dropout", input, p, training, inplace, tuple(input.shape))
+
+
+def feature_alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False):
+    """Alpha dropout of whole channels."""
+    _check("feature_alpha_dropout", input, p)
+    shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+    return _alpha("feature_alpha_dropout", input, p, training, inplace, shape)
