@@ -11,10 +11,12 @@ from __future__ import annotations
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops.nn_act import log_softmax, silu, softmax, softmin
-from flow.ops.unary import clamp, expm1, gelu, sigmoid, softplus, tanh, where
+from flow.ops.unary import clamp, expm1, sigmoid, softplus, tanh, where
 from flow.ops.unary import relu as _relu
 
-__all__ = ["softmax", "log_softmax", "softmin", "silu", "gelu", "sigmoid", "tanh", "softplus", "relu", "relu_",
+# gelu, sigmoid, tanh and softplus (flow.ops.unary) are exported by the package; relu and silu are redefined
+# here with PyTorch's ``inplace`` argument
+__all__ = ["softmax", "log_softmax", "softmin", "silu", "relu", "relu_",
            "leaky_relu", "leaky_relu_", "elu", "elu_", "selu", "selu_", "celu", "celu_", "hardtanh", "hardtanh_",
            "relu6", "hardswish", "hardsigmoid", "mish", "softsign", "tanhshrink", "glu", "logsigmoid", "prelu",
            "rrelu", "rrelu_", "threshold", "threshold_", "hardshrink", "softshrink", "gumbel_softmax"]

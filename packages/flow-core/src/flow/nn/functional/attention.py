@@ -82,19 +82,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     L, S = query.shape[-2], key.shape[-2]
     sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     scores = matmul(query, key.transpose(-2, -1)) * sc
-    allowed = None
-    if is_causal:
-        allowed = flow.tensor(np.tril(np.ones((L, S), bool)), device=query.device)
+    row_ok = None  # rows with at least one key to attend to (None: all of them)
+    if is_causal:  # top-left aligned: row i sees keys 0..i, so no row is fully masked
+        scores = where(flow.tensor(np.tril(np.ones((L, S), bool)), device=query.device), scores, -math.inf)
     elif attn_mask is not None and attn_mask.dtype.name == "bool":
-        allowed = attn_mask
-    if allowed is not None:
-        row_ok = allowed.sum(-1, keepdim=True) > 0
-        scores = where(allowed | ~row_ok, scores, -math.inf)  # fully masked rows: softmax of finite scores...
+        row_ok = attn_mask.sum(-1, keepdim=True) > 0
+        scores = where(attn_mask | ~row_ok, scores, -math.inf)  # fully masked rows: softmax of finite scores...
     elif attn_mask is not None:
         row_ok = (attn_mask > -math.inf).sum(-1, keepdim=True) > 0
         scores = scores + where(row_ok, attn_mask, 0.0)
     attn = softmax(scores, -1)
-    if allowed is not None or attn_mask is not None:
+    if row_ok is not None:
         attn = where(row_ok, attn, 0.0)  # ...then zeroed (output and gradient)
     if dropout_p > 0:
         from flow.nn.functional.dropout import dropout

@@ -134,7 +134,7 @@ def _check_unit_interval(op, t):
     from flow.autograd import no_grad
 
     with no_grad():
-        bad = bool(((t < 0) | (t > 1)).any().item()) if hasattr(t, "any") else False
+        bad = int(((t < 0) | (t > 1)).sum().item()) > 0
     if bad:
         raise OpError(op, "all elements of 'input' should be between 0 and 1")
 
@@ -274,7 +274,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
         from flow.autograd import no_grad
 
         with no_grad():
-            if bool((var < 0).any().item()):
+            if int((var < 0).sum().item()) > 0:
                 raise OpError(op, "'var' has negative entries")
     var = clamp(var, min=eps)  # PyTorch clamps without a gradient through the clamp: same away from eps
     d = input - target
