@@ -9,8 +9,9 @@ from typing import Sequence
 import numpy as np
 
 from flow import _dtype as D
-from flow._device import CPU, device as _device
-from flow._random import default_generator, host_rng
+from flow._device import CPU
+from flow._device import device as _device
+from flow._random import host_rng
 from flow._tensor import Tensor
 from flow.errors import OpError, OpTypeError
 
@@ -78,7 +79,7 @@ def _host_array(data, dtype: D.dtype | None) -> tuple[np.ndarray, D.dtype]:
     if isinstance(data, np.ndarray) or (hasattr(data, "__array__") and not isinstance(data, (list, tuple))):
         a = np.array(data, copy=True)
         if dtype is None:
-            if a.dtype == np.float64 and not isinstance(data, np.ndarray):
+            if a.dtype == np.float64 and not isinstance(data, (np.ndarray, np.generic)):
                 dt = D._default_dtype
             else:
                 try:
@@ -206,13 +207,19 @@ def _like(x: Tensor, dtype, device):
 
 
 def zeros_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Zeros with ``input``'s shape (and dtype and device unless given)."""
     dt, dev = _like(input, dtype, device)
-    return zeros(tuple(input.shape), dtype=dt, device=dev, requires_grad=requires_grad)
+    return _finish(np.zeros(input._data.shape, dt.np), dt, dev, requires_grad)
 
 
 def ones_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Ones with ``input``'s shape (and dtype and device unless given); seeds ``backward()``."""
+    if dtype is None and device is None and not requires_grad:
+        dev = input.device
+        a = np.ones(input._data.shape, input.dtype.np)
+        return Tensor._make(a if dev is CPU else _to_device(a, dev), input.dtype, dev)
     dt, dev = _like(input, dtype, device)
-    return ones(tuple(input.shape), dtype=dt, device=dev, requires_grad=requires_grad)
+    return _finish(np.ones(input._data.shape, dt.np), dt, dev, requires_grad)
 
 
 def empty_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

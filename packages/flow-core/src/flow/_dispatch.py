@@ -22,9 +22,22 @@ _NP_TO_DTYPE = D.NP_TO_DTYPE
 _ndarray = np.ndarray
 _asarray = np.asarray
 
-# The active eager interceptors, in order. Each is ``fn(op, inputs, attrs)`` returning
+# The active eager interceptors, outermost first. Each is ``fn(op, inputs, attrs)`` returning
 # a result or NotImplemented. Empty in the common case, so the cost is one truth test.
 INTERCEPTORS: list = []
+
+
+class _ChainState:
+    """How much of the chain a call made from inside an interceptor may still see."""
+
+    __slots__ = ("visible",)
+
+    def __init__(self) -> None:
+        self.visible = None  # None: all of INTERCEPTORS; i: only INTERCEPTORS[:i]
+
+
+_CHAIN = _ChainState()
+_new = object.__new__
 
 
 class OpHandle:
@@ -50,7 +63,9 @@ class OpHandle:
 
 
 def push_interceptor(fn) -> None:
-    """Activate an eager interceptor (innermost last)."""
+    """Activate an eager interceptor; it becomes the innermost (consulted first)."""
+    if not callable(fn):
+        raise TypeError(f"push_interceptor: expected a callable fn(op, inputs, attrs), got {fn!r}")
     INTERCEPTORS.append(fn)
 
 
@@ -63,16 +78,40 @@ def pop_interceptor(fn) -> None:
     raise ValueError("pop_interceptor: interceptor is not active")
 
 
-def call(handle, *inputs, **attrs):
-    """Run an op by handle or name on tensors: ``flow.ops.call("add", a, b)``."""
-    if handle.__class__ is str:
-        handle = _handle_for(handle)
-    op = handle.opdef or handle.resolve()
+def call(op, *inputs, **attrs):
+    """Run an op on tensors: ``flow.ops.call("add", a, b)``.
+
+    ``op`` is an op name, an :class:`OpHandle` or an OpDef. Called from inside an
+    interceptor, the call continues down the chain: only the interceptors outside
+    the running one see it, then the op runs.
+    """
+    cls = op.__class__
+    if cls is OpHandle:
+        op = op.opdef or op.resolve()
+    elif cls is str:
+        h = _handle_for(op)
+        op = h.opdef or h.resolve()
     if INTERCEPTORS:
-        for ic in tuple(INTERCEPTORS):
-            r = ic(op, inputs, attrs)
-            if r is not NotImplemented:
-                return r
+        return _intercepted(op, inputs, attrs)
+    return execute(op, inputs, attrs)
+
+
+def _intercepted(op, inputs: tuple, attrs: dict):
+    """Offer the call to the visible interceptors, innermost first; the first that does not
+    return NotImplemented gives the result. While one runs, the ops it calls see only the
+    interceptors outside it."""
+    top = _CHAIN.visible
+    i = (len(INTERCEPTORS) if top is None else min(top, len(INTERCEPTORS))) - 1
+    while i >= 0:
+        fn = INTERCEPTORS[i]
+        _CHAIN.visible = i
+        try:
+            r = fn(op, inputs, attrs)
+        finally:
+            _CHAIN.visible = top
+        if r is not NotImplemented:
+            return r
+        i -= 1
     return execute(op, inputs, attrs)
 
 
@@ -90,10 +129,19 @@ def _handle_for(name: str) -> OpHandle:
 
 
 def execute(op, inputs: tuple, attrs: dict):
-    """Run ``op`` on its device below all interceptors (interceptors call this)."""
+    """Run ``op`` on its device below all interceptors (interceptors may call this).
+
+    Checks devices, runs the meta rule (once per input signature: a meta rule
+    sees only shapes, dtypes, devices, attributes and non-tensor inputs, so the
+    signatures that passed are remembered on the op), calls the cached kernel,
+    wraps the output and records an autograd node when an input requires grad
+    and grad mode is on.
+    """
     first = None
     needs_grad = False
     arrays = []
+    em = op.eager_meta
+    sig = [] if em else None
     for x in inputs:
         if isinstance(x, Tensor):
             if first is None:
@@ -102,7 +150,11 @@ def execute(op, inputs: tuple, attrs: dict):
                 raise _device_mismatch(op, inputs)
             if x.requires_grad:
                 needs_grad = True
-            arrays.append(x._data)
+            a = x._data
+            arrays.append(a)
+            if em:
+                sig.append(a.shape)
+                sig.append(x.dtype)
         elif x.__class__ is list or x.__class__ is tuple:
             seq = []
             for t in x:
@@ -117,39 +169,81 @@ def execute(op, inputs: tuple, attrs: dict):
                     needs_grad = True
                 seq.append(t._data)
             arrays.append(seq)
+            if em:
+                sig.append(tuple([(t._data.shape, t.dtype) for t in x]))
         else:
             arrays.append(x)
+            if em:
+                sig.append(x)
+                sig.append(x.__class__)
     if first is None:
         raise OpTypeError(op.name, "expected at least one Tensor input")
     dev = first.device
-    if op.eager_meta:
-        op.meta(*inputs, **attrs)
+    if em:
+        sig.append(dev._str)
+        if attrs:
+            sig.append(tuple(attrs.items()))
+            sig.append(tuple(map(type, attrs.values())))
+        sig = tuple(sig)
+        try:
+            known = sig in op._mcache
+        except TypeError:  # an unhashable attribute or input: no caching
+            known = True
+            op.meta(*_meta_inputs(inputs), **attrs)
+        if not known:
+            op.meta(*_meta_inputs(inputs), **attrs)
+            cache = op._mcache
+            if len(cache) >= _META_CACHE_SIZE:
+                cache.clear()
+            cache.add(sig)
     kern = op._kcache.get((dev.type, first.dtype))
     if kern is None:
         kern = _resolve(op, dev.type, first.dtype)
     try:
-        out = kern(*arrays, **attrs)
+        out = kern(*arrays, **attrs) if attrs else kern(*arrays)
     except FlowError:
         raise
     except Exception as e:  # explain kernel failures with the op's meta rule
         raise _explain(op, inputs, attrs, e) from e
+    if out.__class__ is _ndarray and out.dtype in _NP_TO_DTYPE:
+        t = _new(Tensor)
+        t._data = out
+        t.dtype = _NP_TO_DTYPE[out.dtype]
+        t.device = dev
+        t.requires_grad = False
+        t.grad = None
+        t.grad_fn = None
+        t._version = [0]
+        t._base = None
+        t._extra = None
+        if needs_grad and op.grad is not None and STATE.grad_enabled:
+            Node.record(op, inputs, attrs, (t,))
+        return t
     if out.__class__ is tuple:
-        outs = tuple(_wrap(o, dev) for o in out)
-        if needs_grad and STATE.grad_enabled and op.grad is not None:
+        outs = tuple([_wrap(o, dev, op) for o in out])
+        if needs_grad and op.grad is not None and STATE.grad_enabled:
             Node.record(op, inputs, attrs, outs)
         return outs
-    t = _wrap(out, dev)
-    if needs_grad and STATE.grad_enabled and op.grad is not None:
+    t = _wrap(out, dev, op)
+    if needs_grad and op.grad is not None and STATE.grad_enabled:
         Node.record(op, inputs, attrs, (t,))
     return t
 
 
-def _wrap(a, dev):
+_META_CACHE_SIZE = 1024
+
+
+def _wrap(a, dev, op=None):
     if a.__class__ is not _ndarray and dev.type == "cpu":
         a = _asarray(a)
-    t = object.__new__(Tensor)
+    t = _new(Tensor)
     t._data = a
-    t.dtype = _NP_TO_DTYPE[a.dtype]
+    try:
+        t.dtype = _NP_TO_DTYPE[a.dtype]
+    except (KeyError, TypeError, AttributeError):
+        name = op.name if op is not None else "kernel"
+        raise OpTypeError(name, f"the kernel returned {type(a).__name__} of dtype "
+                                f"{getattr(a, 'dtype', None)}, which is not a flow dtype") from None
     t.device = dev
     t.requires_grad = False
     t.grad = None
@@ -178,14 +272,23 @@ def _device_mismatch(op, inputs) -> OpError:
     return OpError(op.name, f"expected all tensors on the same device, got tensors on {sorted(set(devs))}")
 
 
+def _meta_inputs(inputs: tuple) -> tuple:
+    """Inputs as meta rules see them: NumPy scalars (which the dispatcher makes of Python
+    numbers) become Python numbers again, so that nothing but tensors looks like a tensor."""
+    for x in inputs:
+        if isinstance(x, np.generic):
+            return tuple(x.item() if isinstance(x, np.generic) else x for x in inputs)
+    return inputs
+
+
 def _explain(op, inputs, attrs, err: Exception) -> Exception:
     try:
-        op.meta(*inputs, **attrs)
+        op.meta(*_meta_inputs(inputs), **attrs)
     except FlowError as e:
         return e
     except Exception:  # a broken meta rule must not hide the kernel's error
         pass
-    shapes = [tuple(x.shape) if isinstance(x, Tensor) else x for x in inputs]
+    shapes = [tuple(x.shape) if isinstance(x, Tensor) else x for x in _meta_inputs(inputs)]
     dtypes = [x.dtype for x in inputs if isinstance(x, Tensor)]
     cls = OpTypeError if isinstance(err, TypeError) else OpError
     return cls(op.name, f"failed for inputs with shapes {shapes} and dtypes {dtypes}: {type(err).__name__}: {err}")
@@ -202,9 +305,14 @@ _SCALARS = (int, float, bool)
 def binary(handle, a, b, promote_to_float: bool = False):
     """Call a binary elementwise op with PyTorch's promotion of tensors and scalars."""
     op = handle.opdef or handle.resolve()
+    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype is b.dtype
+            and (not promote_to_float or a.dtype.category == 2)):
+        inputs = (a, b)
+    else:
+        inputs = _promote_pair(op, a, b, promote_to_float)
     if INTERCEPTORS:
-        return call(handle, *_promote_pair(op, a, b, promote_to_float))
-    return execute(op, _promote_pair(op, a, b, promote_to_float), {})
+        return _intercepted(op, inputs, {})
+    return execute(op, inputs, {})
 
 
 def _promote_pair(op, a, b, promote_to_float):
@@ -245,11 +353,19 @@ def _promote_pair(op, a, b, promote_to_float):
 def _scalar(v, dt):
     # A Python scalar becomes a NumPy scalar of the result dtype so the kernel's
     # output has exactly that dtype (NumPy would otherwise pick its own).
-    if dt.category == 1 and isinstance(v, float):
-        return v
+    if v.__class__ is float and (v > 65504.0 or v < -65504.0):  # may overflow a narrow float: inf, silently
+        with np.errstate(over="ignore"):
+            return dt.np.type(v)
     try:
         return dt.np.type(v)
     except OverflowError:
+        if dt.category == 1 and isinstance(v, (int, np.integer)):
+            # integers wrap around, as in PyTorch (uint8 + 1000 == uint8 + 232)
+            bits = dt.itemsize * 8
+            w = int(v) & ((1 << bits) - 1)
+            if dt.is_signed and w >= 1 << (bits - 1):
+                w -= 1 << bits
+            return dt.np.type(w)
         raise OpError("scalar", f"value {v} does not fit in {dt}") from None
 
 
@@ -257,3 +373,8 @@ def _cast(t, dt):
     from flow.ops.conversion import to_dtype
 
     return to_dtype(t, dt)
+
+
+# ``flow.interceptors`` (the public face of the chain above) is importable as an attribute of
+# ``flow`` once the dispatcher is.
+from flow import interceptors as _interceptors  # noqa: E402,F401

@@ -7,8 +7,39 @@ import numpy as np
 from flow import _dtype as D
 
 
+def _shape_only(t) -> bool:
+    if t.device.type == "cpu":
+        return False
+    from flow.registry import REGISTRY
+
+    dt = REGISTRY._device_types.get(t.device.type)
+    return dt is None or bool(dt.extra.get("shape_only"))
+
+
+def _float_formatter(a: np.ndarray):
+    """One fixed format for every element, padded to a common width (as PyTorch prints)."""
+    finite = a[np.isfinite(a)]
+    if finite.size and np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8:
+        def fmt(v):
+            return f"{v:.0f}." if np.isfinite(v) else str(v)
+    else:
+        nz = np.abs(finite[finite != 0])
+        sci = nz.size > 0 and (nz.max() >= 1e8 or nz.min() < 1e-4)
+        spec = ".4e" if sci else ".4f"
+
+        def fmt(v):
+            return format(v, spec) if np.isfinite(v) else str(v)
+
+    width = 0
+    for v in (finite.max(), finite.min()) if finite.size else ():
+        width = max(width, len(fmt(v)))
+    if finite.size != a.size:
+        width = max(width, max(len(str(v)) for v in a[~np.isfinite(a)].flat[:1000]))
+    return {"float_kind": lambda v: fmt(v).rjust(width)}
+
+
 def tensor_repr(t) -> str:
-    a = t.numpy_host() if t.device.type != "meta" else None
+    a = None if _shape_only(t) else t.numpy_host()
     prefix = "tensor("
     extras = []
     if a is None:
@@ -19,22 +50,14 @@ def tensor_repr(t) -> str:
             a = a.astype(np.float32)
         if a.size == 0:
             body = "[]"
-            extras.append(f"size={tuple(t.shape)}")
+            if a.ndim != 1:
+                extras.append(f"size={tuple(t.shape)}")
         elif t.dtype.is_floating_point:
-            finite = a[np.isfinite(a)]
-            intlike = finite.size > 0 and np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8
-            if intlike:
-                fmt = {"float_kind": lambda v: (f"{v:.0f}." if np.isfinite(v) else str(v))}
-            else:
-                big = finite.size > 0 and (np.abs(finite).max() >= 1e8 or
-                                           (np.abs(finite[finite != 0]).min() < 1e-4 if np.any(finite != 0)
-                                            else False))
-                fmt = {"float_kind": (lambda v: f"{v:.4e}") if big else (lambda v: f"{v:.4f}")}
-            body = np.array2string(a, separator=", ", prefix=prefix, formatter=fmt, threshold=1000, edgeitems=3)
+            body = np.array2string(a, separator=", ", prefix=prefix, formatter=_float_formatter(a),
+                                   threshold=1000, edgeitems=3, max_line_width=80)
         else:
-            body = np.array2string(a, separator=", ", prefix=prefix, threshold=1000, edgeitems=3)
-            if t.dtype is D.bool:
-                body = body.replace("True", "True").replace("False", "False")
+            body = np.array2string(a, separator=", ", prefix=prefix, threshold=1000, edgeitems=3,
+                                   max_line_width=80)
     if t.device.type != "cpu":
         extras.append(f"device='{t.device}'")
     if t.dtype not in (D._default_dtype, D.int64, D.bool) or (t.dtype is D.int64 and a is not None and a.size == 0):

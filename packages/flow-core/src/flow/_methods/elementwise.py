@@ -427,7 +427,13 @@ class ElementwiseMethods:
         check_inplace_allowed(self, "fill_")
         if hasattr(value, "item"):
             value = value.item()
-        self._data[...] = value
+        try:
+            self._data[...] = value
+        except (ValueError, TypeError, OverflowError) as e:
+            from flow.errors import OpError
+
+            raise OpError("fill_", f"cannot fill a {self.dtype} tensor on '{self.device}' with {value!r}: "
+                                   f"{e}") from None
         self._version[0] += 1
         if self.grad_fn is not None:  # the old history no longer reaches this tensor's value
             self.grad_fn = None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from flow.autograd.engine import run_backward
 from flow.autograd.function import Function, FunctionCtx
 from flow.autograd.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
@@ -13,20 +11,28 @@ __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_gra
 
 
 def _seed(t, g):
-    from flow._creation import ones_like, tensor
-    from flow._tensor import Tensor
-
+    """The gradient backward starts from: ones for a one-element output, else the given one."""
     if g is None:
         if t._data.size != 1:
             raise RuntimeError(
                 f"grad can be implicitly created only for scalar outputs; got a tensor of shape {tuple(t.shape)}. "
                 "Pass gradient= with the same shape"
             )
+        from flow._creation import ones_like
+
         return ones_like(t)
+    from flow._tensor import Tensor
+
     if not isinstance(g, Tensor):
+        from flow._creation import tensor
+
         g = tensor(g, dtype=t.dtype, device=t.device)
-    if tuple(g.shape) != tuple(t.shape):
+    if tuple(g._data.shape) != tuple(t._data.shape):
         raise RuntimeError(f"gradient has shape {tuple(g.shape)} but the output has shape {tuple(t.shape)}")
+    if g.device is not t.device:
+        raise RuntimeError(f"gradient is on device '{g.device}' but the output is on '{t.device}'")
+    if g.dtype is not t.dtype and t.dtype.is_floating_point:
+        g = g.to(t.dtype)
     return g
 
 
@@ -48,14 +54,10 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, creat
     if inputs is not None:
         if isinstance(inputs, Tensor):
             inputs = (inputs,)
-        grads = run_backward(tensors, seeds, retain_graph, create_graph, inputs=inputs, allow_unused=True)
-        from flow.autograd.engine import _accumulate_leaf
-
-        for t, g in zip(inputs, grads):
-            if g is not None:
-                _accumulate_leaf(t, g, create_graph)
-        return
-    run_backward(tensors, seeds, retain_graph, create_graph)
+        inputs = tuple(inputs)
+        if not inputs:
+            raise RuntimeError("backward: 'inputs' must not be empty")
+    run_backward(tensors, seeds, retain_graph, create_graph, inputs=inputs, allow_unused=True, accumulate=True)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
@@ -81,6 +83,3 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
         res = tuple(zeros_like(i) if r is None else r for r, i in zip(res, inputs))
     return res
 
-
-def _seq(x) -> Sequence:
-    return x

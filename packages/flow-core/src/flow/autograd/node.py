@@ -13,27 +13,42 @@ from flow.errors import FlowError
 Tensor = None  # set by flow/__init__ (import cycle)
 
 _FREED = "freed"
+_NO_EDGE = (None, 0)
+_NO_VERSIONS: list = []  # shared by nodes that save nothing; never appended to
+_new = object.__new__
 
 
 class Node:
-    """The record of one op call in the autograd graph."""
+    """The record of one op call in the autograd graph.
+
+    ``next[i]`` is where input ``i``'s gradient goes: ``(node, output index)``,
+    ``(leaf tensor, -1)``, or ``(None, 0)`` when it needs none; ``in_meta[i]``
+    is that input's ``(shape, dtype, device)``.
+    """
 
     __slots__ = ("op", "attrs", "next", "in_meta", "saved_in", "saved_out", "versions", "n_out",
                  "out_meta", "out_hooks", "fctx", "__weakref__")
 
     @staticmethod
     def record(op, inputs: tuple, attrs: dict, outs: tuple) -> "Node":
-        n = Node.__new__(Node)
+        """Link ``outs`` to ``inputs`` through a new node (the dispatcher calls this when grad is on)."""
+        n = _new(Node)
         n.op = op
         n.attrs = attrs
         nxt = []
         meta = []
-        versions = []
         save = op.save
         save_in = save == "both" or save == "inputs"
+        versions = [] if save_in or save == "outputs" else _NO_VERSIONS
         for x in inputs:
             if isinstance(x, Tensor):
-                _edge(x, nxt, meta)
+                meta.append((x._data.shape, x.dtype, x.device))
+                if not x.requires_grad:
+                    nxt.append(_NO_EDGE)
+                elif x.grad_fn is None:
+                    nxt.append((x, -1))  # leaf: accumulate into x.grad
+                else:
+                    nxt.append((x.grad_fn, x._out_idx))
                 if save_in:
                     versions.append((x._version, x._version[0]))
             elif x.__class__ is list or x.__class__ is tuple:
@@ -42,27 +57,29 @@ class Node:
                     if save_in:
                         versions.append((t._version, t._version[0]))
             else:  # scalars and absent optional inputs get no gradient
-                nxt.append((None, 0))
+                nxt.append(_NO_EDGE)
                 meta.append(None)
         n.next = nxt
         n.in_meta = meta
         n.saved_in = inputs if save_in else None
         n.n_out = len(outs)
         if save == "both" or save == "outputs":
-            n.saved_out = tuple(o._data for o in outs)
+            n.saved_out = tuple([o._data for o in outs])
             for o in outs:
                 versions.append((o._version, o._version[0]))
         else:
             n.saved_out = None
         n.versions = versions
-        n.out_meta = tuple((o._data.shape, o.dtype, o.device) for o in outs) if len(outs) > 1 else None
+        n.out_meta = tuple([(o._data.shape, o.dtype, o.device) for o in outs]) if len(outs) > 1 else None
         n.out_hooks = None
         n.fctx = None
-        for i, o in enumerate(outs):
+        i = 0
+        for o in outs:
             if o.dtype.is_floating_point:
                 o.requires_grad = True
                 o.grad_fn = n
                 o._out_idx = i
+            i += 1
         return n
 
     # -- the ctx interface gradients use ---------------------------------
@@ -150,7 +167,7 @@ class Node:
 def _edge(x, nxt: list, meta: list) -> None:
     meta.append((x._data.shape, x.dtype, x.device))
     if not x.requires_grad:
-        nxt.append((None, 0))
+        nxt.append(_NO_EDGE)
     elif x.grad_fn is None:
         nxt.append((x, -1))  # leaf: accumulate into x.grad
     else:

@@ -12,14 +12,22 @@ def _shape(ctx, i):
     return ctx.input_shape(i)
 
 
+def _to(g, ctx, i):
+    """``g`` reduced to input ``i``'s shape (undoing broadcasting)."""
+    shape = ctx.in_meta[i][0]
+    return g if g._data.shape == shape else sum_to_shape(g, shape)
+
+
 def _add_grad(ctx, g):
-    return (sum_to_shape(g, _shape(ctx, 0)) if ctx.next[0][0] is not None else None,
-            sum_to_shape(g, _shape(ctx, 1)) if ctx.next[1][0] is not None else None)
+    nxt = ctx.next
+    return (_to(g, ctx, 0) if nxt[0][0] is not None else None,
+            _to(g, ctx, 1) if nxt[1][0] is not None else None)
 
 
 def _sub_grad(ctx, g):
-    return (sum_to_shape(g, _shape(ctx, 0)) if ctx.next[0][0] is not None else None,
-            sum_to_shape(-g, _shape(ctx, 1)) if ctx.next[1][0] is not None else None)
+    nxt = ctx.next
+    return (_to(g, ctx, 0) if nxt[0][0] is not None else None,
+            _to(-g, ctx, 1) if nxt[1][0] is not None else None)
 
 
 def _mul_grad(ctx, g):
@@ -240,4 +248,7 @@ set_samples(REMAINDER, S.binary(0.1, 0.9, 1.5, 2.0))
 set_samples(FMOD, S.binary(0.1, 0.9, 1.5, 2.0))
 set_samples(FLOOR_DIVIDE, S.binary(b_low=0.5, b_high=2.0, grad=False))
 
-__all__ = ["add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "pow", "float_power", "maximum", "minimum", "remainder", "fmod", "atan2", "arctan2", "multiply", "divide", "subtract"]
+__all__ = [
+    "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "pow", "float_power", "maximum", "minimum",
+    "remainder", "fmod", "atan2", "arctan2", "multiply", "divide", "subtract",
+]

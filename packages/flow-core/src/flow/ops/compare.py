@@ -108,7 +108,7 @@ def _def_class(name, np_name):
 
     def fn(input):
         if not input.dtype.is_floating_point:
-            from flow._creation import zeros_like, ones_like
+            from flow._creation import ones_like, zeros_like
 
             return ones_like(input, dtype=D.bool) if name == "isfinite" else zeros_like(input, dtype=D.bool)
         return call(h, input)
@@ -184,4 +184,8 @@ set_samples(BITWISE_NOT, lambda: [SampleInput((S.ints((3, 4), 0, 16),)), SampleI
 for _h in (ISNAN, ISINF, ISFINITE):
     set_samples(_h, _classify)
 
-__all__ = ["eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite", "equal", "allclose", "isclose"]
+__all__ = [
+    "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "bitwise_not", "isnan", "isinf", "isfinite", "equal", "allclose", "isclose",
+]

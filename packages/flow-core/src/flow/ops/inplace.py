@@ -55,8 +55,8 @@ def apply_inplace(self, result, op: str):
             node.versions = [(v, n) if v is not self._version else (v, n + 1) for v, n in node.versions]
     try:
         self._data[...] = result._data
-    except ValueError as e:
-        raise OpError(op, f"cannot write into this tensor: {e}") from None
+    except (ValueError, TypeError) as e:
+        raise OpError(op, f"cannot write into this tensor (device '{self.device}'): {e}") from None
     self._version[0] += 1
     if node is not None:
         self.grad_fn = node

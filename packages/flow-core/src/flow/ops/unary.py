@@ -599,4 +599,9 @@ set_samples(SOFTPLUS, _softplus_samples)
 set_samples(CLAMP, _clamp_samples)
 set_samples(WHERE, _where_samples)
 
-__all__ = ["exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "reciprocal", "arcsin", "arccos", "arctan", "neg", "abs", "sign", "relu", "floor", "ceil", "trunc", "negative", "absolute", "round", "square", "positive", "gelu", "silu", "softplus", "clamp", "clamp_min", "clamp_max", "clip", "where", "lerp", "logit", "nan_to_num"]
+__all__ = [
+    "exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "sigmoid", "erf", "reciprocal", "arcsin", "arccos", "arctan", "neg", "abs", "sign",
+    "relu", "floor", "ceil", "trunc", "negative", "absolute", "round", "square", "positive", "gelu", "silu",
+    "softplus", "clamp", "clamp_min", "clamp_max", "clip", "where", "lerp", "logit", "nan_to_num",
+]

@@ -223,54 +223,92 @@ def _reset_after_failure() -> None:
 
 
 def register(plugin: Any, name: str | None = None) -> str:
-    """Register a plugin object at run time (tests, notebooks); its hooks run now."""
+    """Register a plugin object at run time (tests, notebooks); its hooks run now.
+
+    If one of its hooks raises, everything it registered so far is removed again
+    and a :class:`PluginError` naming it is raised.
+    """
     ensure_loaded()
     pm = get_plugin_manager()
     name = name or getattr(plugin, "__name__", None) or repr(plugin)
+    if name in _infos:
+        raise PluginError(f"a flow plugin named '{name}' is already registered; unregister it first")
     _register_object(pm, plugin, name)
-    _infos[name] = PluginInfo(name, "<runtime>", "", getattr(plugin, "__name__", repr(plugin)))
-    _call_hookspec_phase(pm, [name])
-    for phase in PHASES:
-        _run_phase(pm, phase, [name])
+    _infos[name] = PluginInfo(name, "<runtime>", "", getattr(plugin, "__name__", type(plugin).__name__))
+    try:
+        _call_hookspec_phase(pm, [name])
+        for phase in PHASES:
+            _run_phase(pm, phase, [name])
+    except BaseException:
+        unregister(name)
+        raise
     _infos[name].loaded = True
     _infos[name].registered = _registry().provenance.get(name, {})
     return name
 
 
 def unregister(name: str) -> None:
-    """Forget a run-time plugin and every op, kernel, table entry and pass it registered."""
+    """Forget a run-time plugin and every op, kernel, device type, table, rule and pass it registered.
+
+    An op it replaced with ``override=True`` is removed, not restored. Built-in
+    plugins cannot be unregistered.
+    """
+    from flow.registry import OP_HANDLES
+
+    info = _infos.get(name)
+    if info is not None and info.builtin:
+        raise PluginError(f"'{name}' is a built-in flow plugin and cannot be unregistered")
     pm = get_plugin_manager()
+    if pm.get_plugin(name) is None and info is None:
+        raise PluginError(f"no flow plugin named '{name}' is registered")
+    if pm.get_plugin(name) is not None:
+        pm.unregister(name=name)
     reg = _registry()
-    pm.unregister(name=name)
-    for opname in [n for n, op in reg.ops.items() if op.plugin == name]:
-        del reg.ops[opname]
-    for op in reg.ops.values():
+    for opname in [n for n, op in reg._ops.items() if op.plugin == name]:
+        del reg._ops[opname]
+        handle = OP_HANDLES.get(opname)
+        if handle is not None:
+            handle.opdef = None
+    for op in reg._ops.values():
         for key in list(op.kernels):
             op.kernels[key] = [e for e in op.kernels[key] if e.plugin != name]
             if not op.kernels[key]:
                 del op.kernels[key]
         op._kcache.clear()
-    for dname in [n for n, d in reg.device_types.items() if d.plugin == name]:
-        del reg.device_types[dname]
-    for tname in [n for n, t in reg.tables.items() if t.owner == name]:
-        del reg.tables[tname]
-    for t in reg.tables.values():
+    for dname in [n for n, d in reg._device_types.items() if d.plugin == name]:
+        del reg._device_types[dname]
+    for tname in [n for n, t in reg._tables.items() if t.owner == name]:
+        del reg._tables[tname]
+    for t in reg._tables.values():
         for opn in [o for o in t if t.provider(o) == name]:
-            del t._rules[opn]
-            del t._by[opn]
-    for pname in [p for p in reg.passes.names() if reg.passes[p].plugin == name]:
-        del reg.passes._passes[pname]
+            t.remove(opn)
+    for pname in [p for p in reg._passes.names() if reg._passes[p].plugin == name]:
+        reg._passes.remove(pname)
     reg.provenance.pop(name, None)
     _infos.pop(name, None)
 
 
 def check_pending() -> None:
-    """Raise if a plugin implements a hook no spec declares (a misspelled hook name)."""
+    """Raise if a loaded plugin implements a hook that no spec declares (a misspelled hook name).
+
+    A hook another plugin declares (through ``flow_add_hookspecs``) counts once that
+    plugin is loaded; mark an implementation ``@hookimpl(optionalhook=True)`` when
+    that plugin may be missing.
+    """
     ensure_loaded()
+    pm = get_plugin_manager()
     try:
-        get_plugin_manager().check_pending()
+        pm.check_pending()
     except pluggy.PluginValidationError as e:
-        raise PluginError(f"flow plugin '{e.plugin}' implements an unknown hook: {e}") from e
+        name = pm.get_name(e.plugin) or repr(e.plugin)
+        raise PluginError(
+            f"flow plugin '{name}' implements a hook that no spec declares: {e}. "
+            f"The hooks flow declares are: {', '.join(sorted(_declared_hooks(pm)))}"
+        ) from e
+
+
+def _declared_hooks(pm) -> list[str]:
+    return [n for n in vars(pm.hook) if not n.startswith("_") and getattr(pm.hook, n).has_spec()]
 
 
 def list_plugins() -> list[PluginInfo]:
@@ -280,6 +318,7 @@ def list_plugins() -> list[PluginInfo]:
 
 
 def unloaded_plugins() -> list[str]:
+    """Installed plugins that were found but not loaded, as ``"name (distribution)"``."""
     return [f"{i.name} ({i.distribution})" for i in _infos.values() if not i.loaded]
 
 
@@ -287,11 +326,50 @@ def is_loaded() -> bool:
     return _state == "loaded"
 
 
-def _dump(out=sys.stdout) -> None:
-    for info in list_plugins():
-        status = "loaded" if info.loaded else f"skipped: {info.skipped_reason}"
-        kind = "builtin" if info.builtin else "entry point"
-        print(f"{info.name}  [{info.distribution} {info.version}, {kind}, {status}]  {info.module}", file=out)
-        for k, v in info.registered.items():
-            shown = ", ".join(v[:12]) + (f", ... ({len(v)} in all)" if len(v) > 12 else "")
+def describe() -> list[dict]:
+    """Every plugin found (loaded or skipped) as plain data: what ``python -m flow plugins --json`` prints."""
+    return [
+        {
+            "name": i.name,
+            "distribution": i.distribution,
+            "version": i.version,
+            "module": i.module,
+            "builtin": i.builtin,
+            "loaded": i.loaded,
+            "skipped_reason": i.skipped_reason,
+            "registered": {k: list(v) for k, v in i.registered.items()},
+        }
+        for i in list_plugins()
+    ]
+
+
+def discovered() -> list[dict]:
+    """The entry points of group ``flow.plugins`` that are installed, without loading any."""
+    return [{"name": ep.name, "distribution": d, "version": v, "module": ep.value} for ep, d, v in _discover()]
+
+
+def _dump(out=None, as_json: bool = False, verbose: bool = False) -> None:
+    """Print every plugin found, its distribution, status and what it registered.
+
+    One line per plugin, ``name  [distribution version, kind, status]  module``,
+    then one indented line per kind of registration (ops, kernels, device_types,
+    tables, rules, passes); lists longer than 12 are cut unless ``verbose``.
+    """
+    import json
+
+    out = sys.stdout if out is None else out
+    data = describe()
+    if as_json:
+        json.dump(data, out, indent=2)
+        out.write("\n")
+        return
+    for d in data:
+        status = "loaded" if d["loaded"] else f"skipped: {d['skipped_reason']}"
+        kind = "builtin" if d["builtin"] else ("runtime" if d["distribution"] == "<runtime>" else "entry point")
+        print(f"{d['name']}  [{d['distribution']} {d['version'] or '-'}, {kind}, {status}]  {d['module']}", file=out)
+        for k, v in d["registered"].items():
+            if len(v) > 12 and not verbose:
+                shown = ", ".join(v[:12]) + f", ... ({len(v)} in all)"
+            else:
+                shown = ", ".join(v)
             print(f"    {k}: {shown}", file=out)

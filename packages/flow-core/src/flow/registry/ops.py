@@ -95,19 +95,26 @@ class OpDef:
     ``save`` says what autograd keeps for the gradient: ``"inputs"``,
     ``"outputs"``, ``"both"`` or ``"none"``; shapes and dtypes of inputs are
     always available to the gradient.
+
+    ``dynamic_shape=True`` marks an op whose output shape depends on the input
+    values (``nonzero``): its meta rule raises, and shape-only devices skip it.
+
+    The meta rule must be a pure function of what it is given (shapes, dtypes,
+    devices, attributes, non-tensor inputs): eager dispatch runs it once per
+    input signature and remembers the signatures that passed.
     """
 
     __slots__ = (
-        "schema", "name", "meta", "grad", "save", "plugin", "kernels", "_kcache",
+        "schema", "name", "meta", "grad", "save", "plugin", "kernels", "_kcache", "_mcache",
         "elementwise", "eager_meta", "doc", "samples", "nondeterministic", "differentiable_inputs",
-        "composite",
+        "composite", "dynamic_shape",
     )
 
     def __init__(self, schema: OpSchema, meta: Callable, grad: Callable | None = None, save: str = "both",
                  plugin: str = "", elementwise: bool = False, samples: Callable | None = None,
                  nondeterministic: bool = False, doc: str = "",
                  differentiable_inputs: tuple[int, ...] | None = None, eager_meta: bool | None = None,
-                 composite: bool = False) -> None:
+                 composite: bool = False, dynamic_shape: bool = False) -> None:
         if save not in ("inputs", "outputs", "both", "none"):
             raise RegistrationError(f"op '{schema.name}': save must be inputs/outputs/both/none, got {save!r}")
         self.schema = schema
@@ -117,7 +124,8 @@ class OpDef:
         self.save = save
         self.plugin = plugin
         self.kernels: dict[tuple, list[KernelEntry]] = {}
-        self._kcache: dict = {}
+        self._kcache: dict = {}  # (device type, dtype) -> kernel, filled by the dispatcher
+        self._mcache: set = set()  # input signatures that passed the meta rule (eager dispatch)
         self.elementwise = elementwise
         self.samples = samples
         self.nondeterministic = nondeterministic
@@ -128,6 +136,9 @@ class OpDef:
         # explained by the meta rule afterwards.
         self.eager_meta = (not elementwise) if eager_meta is None else eager_meta
         self.composite = composite
+        # The output shape depends on the input values (nonzero, unique, masked_select): the meta
+        # rule cannot give it, so shape-only devices and tracing cannot run the op.
+        self.dynamic_shape = dynamic_shape
 
     def __repr__(self) -> str:
         return f"<op {self.schema}>"

@@ -45,6 +45,13 @@ class PassRegistry:
         self._passes[name] = PassEntry(name, fn, tuple(before), tuple(after), plugin, enabled_by_default,
                                        doc or (fn.__doc__ or "").strip().split("\n")[0], len(self._passes))
 
+    def remove(self, name: str) -> None:
+        """Drop a pass (used when the plugin that registered it is unregistered)."""
+        self._passes.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._passes)
+
     def __contains__(self, name: str) -> bool:
         return name in self._passes
 
@@ -69,7 +76,7 @@ class PassRegistry:
                 if a in entries:
                     succ[a].add(e.name)
         indeg = {n: 0 for n in entries}
-        for n, ss in succ.items():
+        for ss in succ.values():
             for s in ss:
                 indeg[s] += 1
         ready = sorted((n for n, d in indeg.items() if d == 0), key=lambda n: entries[n].order)

@@ -30,6 +30,14 @@ class RuleTable:
         self._rules[op] = rule
         self._by[op] = plugin
 
+    def remove(self, op: str) -> None:
+        """Drop the rule for ``op`` (used when the plugin that gave it is unregistered)."""
+        self._rules.pop(op, None)
+        self._by.pop(op, None)
+
+    def items(self):
+        return self._rules.items()
+
     def get(self, op: str, default: Any = None) -> Any:
         return self._rules.get(op, default)
 

@@ -6,6 +6,9 @@ registration) and checks, on every registered device type:
 1. the meta rule's shapes and dtypes match what the kernel returns;
 2. the kernel's values match the reference (generic NumPy) kernel;
 3. the gradient matches finite differences (float64, on the CPU).
+
+On a shape-only device (no data) only 1. is checked, plus a backward pass
+whose gradients must have the inputs' shapes, dtypes and device.
 """
 
 from __future__ import annotations
@@ -162,10 +165,13 @@ def gradgradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float
     idx = _float_inputs(inputs)
 
     def first_grad(*xs):
-        r = fn(*xs)
-        rs = r if isinstance(r, (tuple, list)) else (r,)
-        tot = sum((o * p).sum() for o, p in zip(rs, projs))
-        gs = flow.autograd.grad(tot, [xs[i] for i in idx], create_graph=True, allow_unused=True)
+        with flow.enable_grad():
+            # finite differences call this with plain copies of the inputs: differentiate those too
+            xs = [x.detach().requires_grad_(True) if i in idx and not x.requires_grad else x for i, x in enumerate(xs)]
+            r = fn(*xs)
+            rs = r if isinstance(r, (tuple, list)) else (r,)
+            tot = sum((o * p).sum() for o, p in zip(rs, projs))
+            gs = flow.autograd.grad(tot, [xs[i] for i in idx], create_graph=True, allow_unused=True)
         return tuple(g for g in gs if g is not None)
 
     return gradcheck(first_grad, inputs, eps=eps, atol=atol, rtol=rtol)
@@ -234,7 +240,14 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
             samples: Iterable[SampleInput] | None = None) -> dict:
     """Check an op's registrations agree; raise :class:`OpCheckError` naming the first disagreement.
 
-    Returns a small report: how many samples and devices were checked.
+    ``devices`` defaults to every registered, available device type. On a device
+    with data: meta rule vs outputs, outputs vs the reference kernel, and (once,
+    on the CPU in float64) the gradient vs finite differences. On a shape-only
+    device (``DeviceType.extra["shape_only"]``): meta rule vs output shapes and
+    dtypes, and backward giving every input a gradient of its shape, dtype and
+    device; ops with ``dynamic_shape=True`` are skipped there.
+
+    Returns a small report: how many samples and devices were checked, what was skipped.
     """
     import flow
     from flow.registry import REGISTRY, get_op
@@ -249,13 +262,25 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
     if not samples:
         raise OpCheckError(f"op '{op_name}': its samples function yielded nothing")
     devs = list(devices) if devices is not None else _device_types()
-    report = {"op": op_name, "samples": len(samples), "devices": devs, "grad_checked": 0}
+    report = {"op": op_name, "samples": len(samples), "devices": devs, "grad_checked": 0, "skipped": []}
+    infos = {}
+    for dev in devs:
+        info = REGISTRY.device_types.get(dev)
+        if info is None:
+            raise OpCheckError(f"opcheck: no device type '{dev}' is registered "
+                               f"(registered: {sorted(REGISTRY.device_types)})")
+        if info.extra.get("shape_only") and op.dynamic_shape:
+            report["skipped"].append(f"{dev}: shapes only, and the output shape of '{op_name}' depends on the "
+                                     "input values")
+            continue
+        infos[dev] = info
+    # gradients against finite differences (on the CPU) when a device with data is checked
+    fd_grad = check_grad and any(not i.extra.get("shape_only") for i in infos.values())
     for si, s in enumerate(samples):
         dtypes = s.dtypes or (D.float32, D.float64)
         has_float = any(getattr(a, "dtype", None) is not None and a.dtype.is_floating_point
                         for a in _flat(s.args))
-        for dev in devs:
-            dtinfo = REGISTRY.device_types[dev]
+        for dev, dtinfo in infos.items():
             shape_only = bool(dtinfo.extra.get("shape_only"))
             for dt in (dtypes if has_float else (None,)):
                 args = tuple(_convert(a, dt, dev) for a in s.args)
@@ -272,7 +297,11 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
                     if tuple(o.shape) != tuple(m.shape) or o.dtype != m.dtype:
                         raise OpCheckError(f"{where}: output {k} is {tuple(o.shape)} {o.dtype} but the meta rule "
                                            f"says {tuple(m.shape)} {m.dtype}")
-                if shape_only or op.nondeterministic:
+                if shape_only:
+                    if check_grad and s.grad and op.grad is not None and dt is (dtypes[0] if has_float else None):
+                        _check_shape_only_grad(op_name, args, s.kwargs, where)
+                    continue
+                if op.nondeterministic:
                     continue
                 host_args = tuple(_convert(a, None, "cpu") if dev != "cpu" else a for a in args)
                 ref = _reference(op, host_args, s.kwargs)
@@ -285,12 +314,54 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
                             assert_close(o.cpu() if dev != "cpu" else o, r, rtol=rtol, atol=atol)
                         except AssertionError as e:
                             raise OpCheckError(f"{where}: output {k} differs from the reference kernel: {e}") from e
-        if check_grad and s.grad and op.grad is not None and any(
+        if fd_grad and s.grad and op.grad is not None and any(
             getattr(a, "dtype", None) is not None and a.dtype.is_floating_point for a in _flat(s.args)
         ):
             _check_op_grad(op_name, s, where=f"op '{op_name}' sample {si}")
             report["grad_checked"] += 1
     return report
+
+
+def _check_shape_only_grad(op_name: str, args: tuple, kwargs: dict, where: str) -> None:
+    """On a shape-only device: backward through the op gives each input a gradient of its own
+    shape, dtype and device (the gradient formula, run with flow ops, agrees with the meta rules)."""
+    import flow
+    from flow._tensor import Tensor
+
+    leaves = []
+    call_args = []
+    for a in args:
+        if isinstance(a, Tensor) and a.dtype.is_floating_point:
+            t = a.detach().requires_grad_(True)
+            leaves.append(t)
+            call_args.append(t)
+        elif isinstance(a, (list, tuple)) and a and all(isinstance(e, Tensor) for e in a):
+            seq = []
+            for e in a:
+                if e.dtype.is_floating_point:
+                    e = e.detach().requires_grad_(True)
+                    leaves.append(e)
+                seq.append(e)
+            call_args.append(type(a)(seq))
+        else:
+            call_args.append(a)
+    if not leaves:
+        return
+    try:
+        out = flow.ops.call(op_name, *call_args, **kwargs)
+        outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o.requires_grad]
+        if not outs:
+            return
+        grads = flow.autograd.grad(outs, leaves, grad_outputs=[flow.ones_like(o) for o in outs],
+                                   allow_unused=True)
+    except Exception as e:
+        raise OpCheckError(f"{where}: backward failed: {type(e).__name__}: {e}") from e
+    for k, (leaf, g) in enumerate(zip(leaves, grads)):
+        if g is None:
+            continue
+        if tuple(g.shape) != tuple(leaf.shape) or g.dtype is not leaf.dtype or g.device is not leaf.device:
+            raise OpCheckError(f"{where}: gradient {k} is {tuple(g.shape)} {g.dtype} on '{g.device}', expected "
+                               f"{tuple(leaf.shape)} {leaf.dtype} on '{leaf.device}'")
 
 
 def _flat(args) -> list:
