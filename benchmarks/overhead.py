@@ -7,6 +7,7 @@ recording autograd. Both frameworks use 2 threads.
     python benchmarks/overhead.py                 # the table (takes about a minute)
     python benchmarks/overhead.py --quick         # a smoke run (a few seconds; numbers are noisy)
     python benchmarks/overhead.py --json out.json # also write the figures as JSON
+    python benchmarks/overhead.py --timer cpu     # CPU time of this process (steadier on a busy machine)
 
 Method (timeit-style): a case's statement runs ``number`` times in a loop with the garbage
 collector off; that is one run, giving a time per op. ``runs`` runs alternate between flow and
@@ -22,6 +23,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 import timeit
 
 # Thread pools read these when they start, so they are set before NumPy and PyTorch load.
@@ -52,8 +54,14 @@ def _setup_torch():
 
 
 def make_cases(flow, torch):
-    """(name, description, flow statement, torch statement, ops per statement) for each case."""
-    f = {}
+    """(name, description, statement, flow env, torch env, NumPy statement or None) for each case.
+
+    The NumPy statement is the raw array call flow's kernel makes, for scale: flow's own
+    overhead is its time minus that.
+    """
+    import numpy as np
+
+    f = {"np": np}
     t = {}
     f["a"], f["b"] = flow.randn(4), flow.randn(4)
     t["a"], t["b"] = torch.randn(4), torch.randn(4)
@@ -61,6 +69,8 @@ def make_cases(flow, torch):
     t["ag"], t["bg"] = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
     f["m1"], f["m2"] = flow.randn(16, 16), flow.randn(16, 16)
     t["m1"], t["m2"] = torch.randn(16, 16), torch.randn(16, 16)
+    f["na"], f["nb"] = f["a"].numpy(), f["b"].numpy()
+    f["nm1"], f["nm2"] = f["m1"].numpy(), f["m2"].numpy()
 
     def chain(x, w):
         y = x
@@ -72,41 +82,49 @@ def make_cases(flow, torch):
     f["x"], f["w"] = flow.randn(4, requires_grad=True), flow.randn(4, requires_grad=True)
     t["x"], t["w"] = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
     return [
-        ("add", "a + b, shape (4,), no grad", "a + b", f, t, 1),
-        ("add (autograd)", "a + b, shape (4,), inputs require grad (records a node)", "ag + bg", f, t, 1),
-        ("matmul 16x16", "m1 @ m2, 16x16 float32, no grad", "m1 @ m2", f, t, 1),
+        ("add", "a + b, shape (4,), no grad", "a + b", f, t, "np.add(na, nb)"),
+        ("add (autograd)", "a + b, shape (4,), inputs require grad (records a node)", "ag + bg", f, t,
+         "np.add(na, nb)"),
+        ("matmul 16x16", "m1 @ m2, 16x16 float32, no grad", "m1 @ m2", f, t, "np.matmul(nm1, nm2)"),
         ("10 adds + backward", "y = x; 10 x (y = y + w); y.sum().backward(), shape (4,)", "chain(x, w)", f, t,
-         1),
+         None),
     ]
 
 
-def measure(stmt: str, env: dict, number: int) -> float:
+TIMERS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def measure(stmt: str, env: dict, number: int, timer) -> float:
     """Seconds per execution of ``stmt`` over one run of ``number`` executions (gc off, as timeit)."""
-    return timeit.Timer(stmt, globals=env).timeit(number) / number
+    return timeit.Timer(stmt, timer=timer, globals=env).timeit(number) / number
 
 
-def run(number: int, runs: int, warmup: int) -> dict:
+def run(number: int, runs: int, warmup: int, timer: str = "wall") -> dict:
     flow = _setup_flow()
     torch = _setup_torch()
+    clock = TIMERS[timer]
     results = []
-    for name, desc, stmt, fenv, tenv, _ in make_cases(flow, torch):
+    for name, desc, stmt, fenv, tenv, np_stmt in make_cases(flow, torch):
         n = max(1, number // 10) if "backward" in name else number
-        measure(stmt, fenv, warmup)
-        measure(stmt, tenv, warmup)
-        ft, tt = [], []
+        measure(stmt, fenv, warmup, clock)
+        measure(stmt, tenv, warmup, clock)
+        ft, tt, nt = [], [], []
         for _ in range(runs):  # alternate so that load drifts hit both frameworks
-            ft.append(measure(stmt, fenv, n))
-            tt.append(measure(stmt, tenv, n))
+            ft.append(measure(stmt, fenv, n, clock))
+            tt.append(measure(stmt, tenv, n, clock))
+            if np_stmt:
+                nt.append(measure(np_stmt, fenv, n, clock))
         fm, tm = statistics.median(ft), statistics.median(tt)
         results.append({"case": name, "what": desc, "number": n, "runs": runs,
                         "flow_us": fm * 1e6, "torch_us": tm * 1e6, "ratio": fm / tm,
+                        "numpy_us": statistics.median(nt) * 1e6 if nt else None,
                         "flow_min_us": min(ft) * 1e6, "torch_min_us": min(tt) * 1e6})
     import numpy as np
 
     return {
         "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": THREADS,
                     "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-                    "flow": flow.__version__},
+                    "flow": flow.__version__, "timer": timer},
         "results": results,
     }
 
@@ -125,11 +143,13 @@ def _cpu_name() -> str:
 def print_table(report: dict, out=sys.stdout) -> None:
     m = report["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
-          f"NumPy {m['numpy']}, torch {m['torch']}, flow {m['flow']}", file=out)
-    print(f"{'case':<22}{'flow (us)':>12}{'torch (us)':>12}{'flow/torch':>12}", file=out)
+          f"NumPy {m['numpy']}, torch {m['torch']}, flow {m['flow']}; {m['timer']} time", file=out)
+    print(f"{'case':<22}{'flow (us)':>11}{'torch (us)':>12}{'flow/torch':>12}{'NumPy call (us)':>17}", file=out)
     for r in report["results"]:
-        print(f"{r['case']:<22}{r['flow_us']:>12.2f}{r['torch_us']:>12.2f}{r['ratio']:>12.2f}", file=out)
-    print("(medians of alternating runs; each run times a loop of the statement with gc off)", file=out)
+        npc = f"{r['numpy_us']:.2f}" if r["numpy_us"] is not None else "-"
+        print(f"{r['case']:<22}{r['flow_us']:>11.2f}{r['torch_us']:>12.2f}{r['ratio']:>12.2f}{npc:>17}", file=out)
+    print("(medians of alternating runs; a run times a loop of the statement with gc off; 'NumPy call' is the "
+          "raw array call flow's kernel makes)", file=out)
 
 
 def main(argv=None) -> int:
@@ -137,12 +157,14 @@ def main(argv=None) -> int:
     p.add_argument("--number", type=int, default=20000, help="executions per run (a tenth for backward cases)")
     p.add_argument("--runs", type=int, default=15, help="runs per framework and case (median taken)")
     p.add_argument("--quick", action="store_true", help="a short smoke run")
+    p.add_argument("--timer", choices=sorted(TIMERS), default="wall",
+                   help="wall: elapsed time (default); cpu: this process's CPU time, steadier on a busy machine")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     args = p.parse_args(argv)
     number, runs, warmup = args.number, args.runs, 2000
     if args.quick:
         number, runs, warmup = 200, 3, 20
-    report = run(number, runs, warmup)
+    report = run(number, runs, warmup, args.timer)
     print_table(report)
     if args.json:
         with open(args.json, "w") as fh:

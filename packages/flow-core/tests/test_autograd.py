@@ -427,3 +427,38 @@ def test_node_introspection():
     assert y.grad_fn.name() == "expBackward" and repr(y.grad_fn) == "<expBackward>"
     (mul_node, _), = y.grad_fn.next_functions
     assert mul_node.name() == "mulBackward" and mul_node.next_functions == ((None, -1), (None, 0))
+
+
+def test_set_grad_enabled_as_a_decorator_applies_inside_only():
+    @flow.set_grad_enabled(False)
+    def f(t):
+        return t * 2
+
+    assert flow.is_grad_enabled()
+    assert not f(flow.ones(1, requires_grad=True)).requires_grad
+    assert flow.is_grad_enabled()
+
+    @flow.inference_mode()
+    def g(t):
+        return t * 2
+
+    assert not g(flow.ones(1, requires_grad=True)).requires_grad
+    with flow.inference_mode(False):
+        assert flow.is_grad_enabled()
+
+
+def test_fill_and_zero_on_a_non_leaf_keep_it_in_the_graph_with_zero_gradient():
+    x = flow.ones(2, requires_grad=True)
+    y = x * 3
+    y.zero_()
+    assert y.requires_grad and y.grad_fn is not None and y.tolist() == [0.0, 0.0]
+    (y + x * 2).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+    z = x * 3
+    z.fill_(5.0)
+    z.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+    with flow.no_grad():
+        w = x * 3
+    w.fill_(1.0)
+    assert not w.requires_grad

@@ -325,3 +325,24 @@ def test_opcheck_runs_on_the_meta_device(meta_device):
     report = flow.testing.opcheck("matmul", devices=["cpu", "meta"])
     assert report["devices"] == ["cpu", "meta"] and report["samples"] > 0 and not report["skipped"]
     assert "meta" in [d for d in flow.testing.checks._device_types()]
+
+
+# -- the overhead benchmark -------------------------------------------------------------------------
+
+def test_the_overhead_benchmark_runs(tmp_path):
+    pytest.importorskip("torch")
+    import json
+    import os
+    import subprocess
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks", "overhead.py")
+    if not os.path.exists(script):
+        pytest.skip("benchmarks/ is not next to this checkout")
+    out = tmp_path / "overhead.json"
+    proc = subprocess.run([sys.executable, script, "--quick", "--json", str(out)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert [r["case"] for r in report["results"]] == ["add", "add (autograd)", "matmul 16x16", "10 adds + backward"]
+    assert all(r["flow_us"] > 0 and r["torch_us"] > 0 for r in report["results"])  # no timing assertions
+    assert "flow/torch" in proc.stdout

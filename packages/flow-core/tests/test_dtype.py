@@ -219,3 +219,28 @@ def test_devices_are_interned_and_compare_with_strings():
         flow.device("cuda", -1)
     with pytest.raises(TypeError, match="expected a string"):
         flow.device(3)
+
+
+# -- dtype semantics of elementwise ops -------------------------------------------------------------
+
+def test_integer_powers_follow_pytorch():
+    a = flow.tensor([-3, -2, -1, 0, 1, 2, 3])
+    assert (a ** flow.full((7,), -1)).tolist() == [0, 0, -1, 0, 1, 0, 0]
+    assert (a ** flow.full((7,), -2)).tolist() == [0, 0, 1, 0, 1, 0, 0]
+    assert (2 ** flow.tensor([-1, 0, 3])).tolist() == [0, 1, 8]
+    assert (a ** 2).dtype is flow.int64 and (flow.tensor([2, 3], dtype=flow.uint8) ** 2).tolist() == [4, 9]
+    assert (flow.tensor([True, False]) ** True).dtype is flow.bool
+    with pytest.raises(flow.errors.OpError, match="Integers to negative integer powers are not allowed"):
+        a ** -1
+
+
+def test_bool_inputs_of_unary_ops():
+    b = flow.tensor([True, False])
+    assert flow.sign(b).tolist() == [True, False] and flow.sign(b).dtype is flow.bool
+    assert flow.square(b).dtype is flow.int64 and flow.square(b).tolist() == [1, 0]
+    for fn in (flow.abs, flow.neg, flow.relu, flow.floor, flow.ceil, flow.trunc, flow.round):
+        with pytest.raises(flow.errors.OpTypeError, match="must not be a bool tensor"):
+            fn(b)
+    for fn in (lambda x: x // x, lambda x: x % x, lambda x: flow.fmod(x, x)):
+        with pytest.raises(flow.errors.OpTypeError, match="bool tensors are not supported"):
+            fn(b)

@@ -19,6 +19,7 @@ Tensor = None  # type: ignore[assignment]
 Node = None  # type: ignore[assignment]
 
 _NP_TO_DTYPE = D.NP_TO_DTYPE
+_dtype_of = _NP_TO_DTYPE.get
 _ndarray = np.ndarray
 _asarray = np.asarray
 
@@ -137,10 +138,90 @@ def execute(op, inputs: tuple, attrs: dict):
     wraps the output and records an autograd node when an input requires grad
     and grad mode is on.
     """
+    em = op.eager_meta
+    n = len(inputs)
+    first = inputs[0] if n else None
+    if n == 2 and isinstance(first, Tensor) and isinstance(inputs[1], Tensor):  # most ops: two tensors
+        b = inputs[1]
+        dev = first.device
+        if b.device is not dev:
+            raise _device_mismatch(op, inputs)
+        needs_grad = first.requires_grad or b.requires_grad
+        a0 = first._data
+        a1 = b._data
+        arrays = (a0, a1)
+        if em:
+            sig = [a0.shape, first.dtype, a1.shape, b.dtype, dev._str]
+    elif n == 1 and isinstance(first, Tensor):  # ... or one
+        dev = first.device
+        needs_grad = first.requires_grad
+        a0 = first._data
+        arrays = (a0,)
+        if em:
+            sig = [a0.shape, first.dtype, dev._str]
+    else:
+        first, needs_grad, arrays, sig = _gather(op, inputs, em)
+        dev = first.device
+        if em:
+            sig.append(dev._str)
+    if em:
+        if attrs:
+            sig.append(tuple(attrs.items()))
+            sig.append(tuple(map(type, attrs.values())))
+        sig = tuple(sig)
+        try:
+            known = sig in op._mcache
+        except TypeError:  # an unhashable attribute or input: no caching
+            known = True
+            op.meta(*_meta_inputs(inputs), **attrs)
+        if not known:
+            op.meta(*_meta_inputs(inputs), **attrs)
+            cache = op._mcache
+            if len(cache) >= _META_CACHE_SIZE:
+                cache.clear()
+            cache.add(sig)
+    kern = op._kcache.get((dev.type, first.dtype))
+    if kern is None:
+        kern = _resolve(op, dev.type, first.dtype)
+    try:
+        out = kern(*arrays, **attrs) if attrs else kern(*arrays)
+    except FlowError:
+        raise
+    except Exception as e:  # explain kernel failures with the op's meta rule
+        raise _explain(op, inputs, attrs, e) from e
+    if out.__class__ is _ndarray and (dt := _dtype_of(out.dtype)) is not None:
+        t = _new(Tensor)
+        t._data = out
+        t.dtype = dt
+        t.device = dev
+        t.requires_grad = False
+        t.grad = None
+        t.grad_fn = None
+        t._version = [0]
+        t._base = None
+        t._extra = None
+        if needs_grad and op.grad is not None and STATE.grad_enabled:
+            Node.record(op, inputs, attrs, (t,))
+        return t
+    if out.__class__ is tuple:
+        outs = tuple([_wrap(o, dev, op) for o in out])
+        if needs_grad and op.grad is not None and STATE.grad_enabled:
+            Node.record(op, inputs, attrs, outs)
+        return outs
+    t = _wrap(out, dev, op)
+    if needs_grad and op.grad is not None and STATE.grad_enabled:
+        Node.record(op, inputs, attrs, (t,))
+    return t
+
+
+_META_CACHE_SIZE = 1024  # input signatures remembered per op
+
+
+def _gather(op, inputs: tuple, em: bool):
+    """The general case of :func:`execute`: any mix of tensors, tensor lists and other values."""
     first = None
     needs_grad = False
     arrays = []
-    em = op.eager_meta
     sig = [] if em else None
     for x in inputs:
         if isinstance(x, Tensor):
@@ -178,59 +259,7 @@ def execute(op, inputs: tuple, attrs: dict):
                 sig.append(x.__class__)
     if first is None:
         raise OpTypeError(op.name, "expected at least one Tensor input")
-    dev = first.device
-    if em:
-        sig.append(dev._str)
-        if attrs:
-            sig.append(tuple(attrs.items()))
-            sig.append(tuple(map(type, attrs.values())))
-        sig = tuple(sig)
-        try:
-            known = sig in op._mcache
-        except TypeError:  # an unhashable attribute or input: no caching
-            known = True
-            op.meta(*_meta_inputs(inputs), **attrs)
-        if not known:
-            op.meta(*_meta_inputs(inputs), **attrs)
-            cache = op._mcache
-            if len(cache) >= _META_CACHE_SIZE:
-                cache.clear()
-            cache.add(sig)
-    kern = op._kcache.get((dev.type, first.dtype))
-    if kern is None:
-        kern = _resolve(op, dev.type, first.dtype)
-    try:
-        out = kern(*arrays, **attrs) if attrs else kern(*arrays)
-    except FlowError:
-        raise
-    except Exception as e:  # explain kernel failures with the op's meta rule
-        raise _explain(op, inputs, attrs, e) from e
-    if out.__class__ is _ndarray and out.dtype in _NP_TO_DTYPE:
-        t = _new(Tensor)
-        t._data = out
-        t.dtype = _NP_TO_DTYPE[out.dtype]
-        t.device = dev
-        t.requires_grad = False
-        t.grad = None
-        t.grad_fn = None
-        t._version = [0]
-        t._base = None
-        t._extra = None
-        if needs_grad and op.grad is not None and STATE.grad_enabled:
-            Node.record(op, inputs, attrs, (t,))
-        return t
-    if out.__class__ is tuple:
-        outs = tuple([_wrap(o, dev, op) for o in out])
-        if needs_grad and op.grad is not None and STATE.grad_enabled:
-            Node.record(op, inputs, attrs, outs)
-        return outs
-    t = _wrap(out, dev, op)
-    if needs_grad and op.grad is not None and STATE.grad_enabled:
-        Node.record(op, inputs, attrs, (t,))
-    return t
-
-
-_META_CACHE_SIZE = 1024
+    return first, needs_grad, arrays, sig
 
 
 def _wrap(a, dev, op=None):

@@ -435,7 +435,14 @@ class ElementwiseMethods:
             raise OpError("fill_", f"cannot fill a {self.dtype} tensor on '{self.device}' with {value!r}: "
                                    f"{e}") from None
         self._version[0] += 1
-        if self.grad_fn is not None:  # the old history no longer reaches this tensor's value
-            self.grad_fn = None
-            self.requires_grad = False
+        if self.grad_fn is not None:
+            from flow.autograd.grad_mode import STATE
+
+            if STATE.grad_enabled:  # still part of the graph, as in PyTorch, with a zero gradient
+                from flow.ops.inplace import rebase_constant
+
+                rebase_constant(self, "fill_")
+            else:
+                self.grad_fn = None
+                self.requires_grad = False
         return self

@@ -260,10 +260,9 @@ def run_backward(
             grads = buffers.pop(n, None)
             if grads is None:
                 grads = [None] * n.n_out
-            elif owned:
+            elif owned:  # sums made for this node are now its inputs: no longer the engine's own
                 for g in grads:
-                    if g is not None:
-                        owned.pop(id(g), None)
+                    owned.pop(id(g), None)
             if n.out_hooks:
                 for idx, hooks in n.out_hooks.items():
                     if grads[idx] is not None:
@@ -281,14 +280,10 @@ def run_backward(
                 # a released node raises when its gradient reads what it saved (ctx.inputs ...)
                 if n.n_out > 1 and (n.fctx is None or n.fctx.materialize_grads):
                     grads = [g if g is not None else _zeros(m) for g, m in zip(grads, n.out_meta)]
-                in_grads = n.op.grad(n, *grads)
-                if in_grads.__class__ is not tuple or len(in_grads) != len(nxt):
+                op = n.op
+                in_grads = op.grad(n, *grads)
+                if in_grads.__class__ is not tuple or len(in_grads) != len(nxt) or op.has_variadic:
                     in_grads = _flatten(n, in_grads)
-                else:
-                    for g in in_grads:
-                        if g.__class__ is list or g.__class__ is tuple:
-                            in_grads = _flatten(n, in_grads)
-                            break
             for (tgt, idx), g, m in zip(nxt, in_grads, n.in_meta):
                 if tgt is None:
                     continue
@@ -322,7 +317,7 @@ def run_backward(
                                 result[j] = _sum(result[j], g, owned, create_graph)
                         elif accumulate:
                             _store_grad(tgt, g, create_graph, given, owned)
-            if not retain_graph:
+            if not retain_graph and (n.saved_in is not None or n.saved_out is not None or n.fctx is not None):
                 n.release()
     finally:
         STATE.grad_enabled = prev

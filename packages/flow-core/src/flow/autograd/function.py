@@ -59,12 +59,13 @@ class FunctionCtx:
 class _FunctionOp:
     """Stands in for an OpDef in the autograd graph of a Function call."""
 
-    __slots__ = ("name", "fn_cls", "save")
+    __slots__ = ("name", "fn_cls", "save", "has_variadic")
 
     def __init__(self, fn_cls) -> None:
         self.name = fn_cls.__name__
         self.fn_cls = fn_cls
         self.save = "none"
+        self.has_variadic = False
 
     def grad(self, node: Node, *grads):
         ctx = node.fctx

@@ -22,7 +22,8 @@ def is_grad_enabled() -> bool:
 
 
 class set_grad_enabled:
-    """Context manager and function that turns gradient recording on or off."""
+    """Turn gradient recording on or off: as a function (``flow.set_grad_enabled(False)``), a
+    context manager (``with flow.set_grad_enabled(False):``) or a decorator, as in PyTorch."""
 
     def __init__(self, mode: bool) -> None:
         self.prev = STATE.grad_enabled
@@ -34,6 +35,21 @@ class set_grad_enabled:
 
     def __exit__(self, *exc) -> None:
         STATE.grad_enabled = self.prev
+
+    def __call__(self, fn):
+        STATE.grad_enabled = self.prev  # used as a decorator: the mode applies inside fn only
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            prev = STATE.grad_enabled
+            STATE.grad_enabled = mode
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                STATE.grad_enabled = prev
+
+        return wrapper
 
 
 class _GradModeContext:
@@ -48,10 +64,16 @@ class _GradModeContext:
         STATE.grad_enabled = self.prev
 
     def __call__(self, fn):
+        mode = self.mode
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with self.__class__():
+            prev = STATE.grad_enabled
+            STATE.grad_enabled = mode
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                STATE.grad_enabled = prev
 
         return wrapper
 

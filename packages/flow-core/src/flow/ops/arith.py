@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from flow import _dtype as D
 from flow._dispatch import binary
+from flow.errors import OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, generic
 from flow.ops._grad_util import sum_to_shape
@@ -89,11 +93,23 @@ MAXIMUM = defop("maximum", ["input", "other"], meta=M.elementwise("maximum"),
                 grad=_minmax_grad(lambda a, b: a > b), save="inputs", elementwise=True)
 MINIMUM = defop("minimum", ["input", "other"], meta=M.elementwise("minimum"),
                 grad=_minmax_grad(lambda a, b: a < b), save="inputs", elementwise=True)
-REMAINDER = defop("remainder", ["input", "other"], meta=M.elementwise("remainder"), grad=_remainder_grad,
+def _no_bool(name):
+    rule = M.elementwise(name)
+
+    def meta(*xs, **attrs):
+        m = rule(*xs, **attrs)
+        if m.dtype is D.bool:
+            raise OpTypeError(name, "bool tensors are not supported; convert them to an integer dtype first")
+        return m
+
+    return meta
+
+
+REMAINDER = defop("remainder", ["input", "other"], meta=_no_bool("remainder"), grad=_remainder_grad,
                   save="none", elementwise=True)
-FMOD = defop("fmod", ["input", "other"], meta=M.elementwise("fmod"), grad=_remainder_grad, save="none",
+FMOD = defop("fmod", ["input", "other"], meta=_no_bool("fmod"), grad=_remainder_grad, save="none",
              elementwise=True)
-FLOOR_DIVIDE = defop("floor_divide", ["input", "other"], meta=M.elementwise("floor_divide"), save="none",
+FLOOR_DIVIDE = defop("floor_divide", ["input", "other"], meta=_no_bool("floor_divide"), save="none",
                      elementwise=True)
 ATAN2 = defop("atan2", ["input", "other"], meta=M.elementwise("atan2"), save="inputs", elementwise=True,
               grad=lambda ctx, g: (
@@ -112,8 +128,18 @@ def _div_kernel(xp):
 
 def _pow_kernel(xp):
     def run(a, b):
+        dt = a.dtype
+        if dt.kind in "iu" and xp.any(xp.asarray(b) < 0):
+            if isinstance(b, np.generic):  # a negative Python number as exponent, as PyTorch
+                raise ValueError("Integers to negative integer powers are not allowed.")
+            # elementwise negative exponents of integers, as PyTorch: 1 -> 1, -1 -> +-1, others -> 0
+            neg = b < 0
+            r = xp.power(a, xp.where(neg, 0, b).astype(dt, copy=False))
+            odd = (b % 2) != 0
+            rn = xp.where(a == 1, 1, xp.where(a == -1, xp.where(odd, -1, 1), 0))
+            return xp.where(neg, rn, r).astype(dt, copy=False)
         r = xp.power(a, b)
-        return r
+        return r if r.dtype == dt else r.astype(dt)
 
     return run
 
@@ -123,7 +149,10 @@ def _int_safe(fn_name):
         f = getattr(xp, fn_name)
 
         def run(a, b):
-            if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and xp.any(xp.asarray(b) == 0):
+            dt = a.dtype
+            if dt.kind == "b":
+                raise TypeError(f"{fn_name} is not defined for bool tensors")
+            if dt.kind in "iu" and xp.any(xp.asarray(b) == 0):
                 raise ZeroDivisionError(f"{fn_name}: integer division by zero")
             return f(a, b)
 

@@ -63,3 +63,38 @@ def apply_inplace(self, result, op: str):
         self._out_idx = result._out_idx
         self.requires_grad = True
     return self
+
+
+def rebase_constant(self, op: str) -> None:
+    """After ``self`` was overwritten with a constant (``fill_``, ``zero_``) under grad mode: it keeps
+    requiring grad, through a node whose gradient for the old value is zero (as in PyTorch)."""
+    from flow._tensor import Tensor
+
+    old = Tensor._make(self._data, self.dtype, self.device)
+    old.requires_grad = True
+    old.grad_fn = self.grad_fn
+    old._out_idx = self._out_idx
+    out = _fill_function().apply(old)
+    self.grad_fn = out.grad_fn
+    self._out_idx = out._out_idx
+    self.requires_grad = True
+
+
+_FILL = []
+
+
+def _fill_function():
+    if not _FILL:
+        from flow.autograd.function import Function
+
+        class Fill(Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.detach()
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 0.0
+
+        _FILL.append(Fill)
+    return _FILL[0]

@@ -237,6 +237,8 @@ def _def_unary_keep(name, np_name, grad, save, doc, allow_bool=False):
     def fn(input):
         if not isinstance(input, _t()):
             raise OpTypeError(name, f"'input' must be a Tensor, got {type(input).__name__}")
+        if input.dtype is D.bool and not allow_bool:  # checked here: elementwise ops run no meta rule first
+            raise OpTypeError(name, "'input' must not be a bool tensor")
         return call(h, input)
 
     fn.__name__ = name
@@ -246,13 +248,14 @@ def _def_unary_keep(name, np_name, grad, save, doc, allow_bool=False):
 
 NEG, neg = _def_unary_keep("neg", "negative", lambda ctx, g: (-g,), "none", "Elementwise negation.")
 ABS, abs = _def_unary_keep("abs", "absolute", _g_abs, "inputs", "Absolute value.")  # noqa: A001
-SIGN, sign = _def_unary_keep("sign", "sign", _g_zero, "none", "Sign (-1, 0, 1).", allow_bool=True)
+SIGN, sign = _def_unary_keep("sign", None, _g_zero, "none", "Sign (-1, 0, 1).", allow_bool=True)
 RELU, relu = _def_unary_keep("relu", None, _g_relu, "outputs", "max(x, 0).")
 FLOOR, floor = _def_unary_keep("floor", "floor", _g_zero, "none", "Round down.")
 CEIL, ceil = _def_unary_keep("ceil", "ceil", _g_zero, "none", "Round up.")
 ROUND, _round = _def_unary_keep("round", "round", _g_zero, "none", "Round half to even.")
 TRUNC, trunc = _def_unary_keep("trunc", "trunc", _g_zero, "none", "Round toward zero.")
 generic(RELU, _relu_kernel)
+generic(SIGN, lambda xp: lambda x: x.copy() if x.dtype.kind == "b" else xp.sign(x))
 negative = neg
 absolute = abs
 
@@ -268,6 +271,8 @@ def round(input, *, decimals: int = 0):  # noqa: A001
 def square(input):
     """``input * input`` (keeps integer dtypes)."""
     if isinstance(input, _t()) and input.dtype.category != 2:
+        if input.dtype is D.bool:
+            input = input.to(D.int64)  # as PyTorch: squaring bools gives int64
         return input * input
     return _square_float(input)
 

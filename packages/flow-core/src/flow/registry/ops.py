@@ -107,7 +107,7 @@ class OpDef:
     __slots__ = (
         "schema", "name", "meta", "grad", "save", "plugin", "kernels", "_kcache", "_mcache",
         "elementwise", "eager_meta", "doc", "samples", "nondeterministic", "differentiable_inputs",
-        "composite", "dynamic_shape",
+        "composite", "dynamic_shape", "has_variadic",
     )
 
     def __init__(self, schema: OpSchema, meta: Callable, grad: Callable | None = None, save: str = "both",
@@ -139,6 +139,7 @@ class OpDef:
         # The output shape depends on the input values (nonzero, unique, masked_select): the meta
         # rule cannot give it, so shape-only devices and tracing cannot run the op.
         self.dynamic_shape = dynamic_shape
+        self.has_variadic = any(i.variadic for i in schema.inputs)  # gradients come back as lists
 
     def __repr__(self) -> str:
         return f"<op {self.schema}>"
