@@ -14,7 +14,7 @@ import flow
 import flow.nn.functional as F
 from flow.errors import OpError, OpTypeError
 from flow.ops import nn_conv
-from flow.testing import gradcheck, opcheck
+from flow.testing import gradcheck, gradgradcheck, opcheck
 
 RNG = np.random.default_rng(1234)
 # torch warns that it copies the input for padding='same' with an even kernel
@@ -109,26 +109,6 @@ def test_conv2d_gradients_match_finite_differences(xs, ws, kw):
     w = flow.tensor(rand(*ws), requires_grad=True)
     b = flow.tensor(rand(ws[0]), requires_grad=True)
     assert gradcheck(lambda a, c, d: F.conv2d(a, c, d, **kw), (x, w, b))
-
-
-def gradgradcheck(fn, inputs, seed=1):
-    """gradcheck of (d fn / d inputs) . v built with create_graph=True.
-
-    (flow.testing.gradgradcheck cannot be used: its first-derivative function is evaluated by the finite
-    differences under no_grad on leaves that do not require grad, and autograd.grad then raises.)
-    """
-    rng = np.random.default_rng(seed)
-    proj = flow.tensor(rng.standard_normal(tuple(fn(*inputs).shape)))
-
-    def first_grad(*xs):
-        fresh = not all(x.requires_grad for x in xs)
-        with flow.enable_grad():
-            if fresh:
-                xs = [x.detach().requires_grad_(True) for x in xs]
-            gs = flow.autograd.grad((fn(*xs) * proj).sum(), list(xs), create_graph=not fresh)
-        return tuple(gs)
-
-    return gradcheck(first_grad, inputs)
 
 
 def test_conv2d_double_backward():

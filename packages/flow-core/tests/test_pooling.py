@@ -15,7 +15,7 @@ import pytest
 import flow
 import flow.nn.functional as F
 from flow.errors import OpError, OpTypeError
-from flow.testing import gradcheck, opcheck
+from flow.testing import gradcheck, gradgradcheck, opcheck
 
 RNG = np.random.default_rng(4321)
 
@@ -204,6 +204,13 @@ def test_adaptive_pooling_gradients_and_double_backward():
         (g,) = flow.autograd.grad((y * v).sum(), [x], create_graph=True)
         (gv,) = flow.autograd.grad((g * flow.tensor(rand(*x.shape))).sum(), [v])
         assert gv.shape == y.shape
+
+
+@pytest.mark.parametrize("fn", [lambda a: F.max_pool2d(a, 3, 2, 1) * a.sum(), lambda a: F.avg_pool2d(a, 2) * a.sum(),
+                                lambda a: F.adaptive_avg_pool2d(a, (3, 2)) ** 2,
+                                lambda a: F.interpolate(a, scale_factor=1.5, mode="bilinear") ** 2])
+def test_second_derivatives(fn):
+    assert gradgradcheck(fn, (leaf(distinct(1, 2, 5, 5)),))
 
 
 def test_adaptive_max_pool2d_matches_windows():
