@@ -10,11 +10,15 @@ input a gradient of its shape, dtype and device.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 import flow
-from flow.plugins import ensure_loaded
-from flow.registry import REGISTRY
+from flow.ops.meta import TensorMeta
+from flow.plugins import ensure_loaded, hookimpl
+from flow.registry import REGISTRY, schema
+from flow.testing import OpCheckError
 
 ensure_loaded()
 OPS = sorted(REGISTRY.ops)
@@ -31,3 +35,36 @@ def test_opcheck(op_name, device, request):
         request.getfixturevalue("meta_device")
     report = flow.testing.opcheck(op_name, devices=[device])
     assert report["samples"] > 0
+    if report["skipped"]:
+        pytest.skip("; ".join(report["skipped"]))
+
+
+def test_an_op_registered_without_samples_fails_opcheck():
+    mod = types.ModuleType("no_samples")
+    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(
+        schema("tests_no_samples", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)))
+    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(
+        "tests_no_samples", "cpu", lambda x: x))
+    flow.plugins.register(mod, name="tests.no_samples")
+    try:
+        with pytest.raises(OpCheckError, match=r"op 'tests_no_samples' \(plugin 'tests.no_samples'\) has no samples"):
+            flow.testing.opcheck("tests_no_samples")
+    finally:
+        flow.plugins.unregister("tests.no_samples")
+
+
+def test_opcheck_catches_a_meta_rule_that_disagrees_with_the_kernel():
+    def ops(registry):
+        registry.register_op(schema("tests_liar", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device),
+                             samples=lambda: [flow.testing.SampleInput((flow.ones(2, 3, dtype=flow.float64),))])
+
+    mod = types.ModuleType("liar")
+    mod.flow_register_ops = hookimpl(ops)
+    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(
+        "tests_liar", "generic", lambda xp: (lambda x: x.sum(axis=0))))
+    flow.plugins.register(mod, name="tests.liar")
+    try:
+        with pytest.raises(OpCheckError, match=r"output 0 is \(3,\) .* but the meta rule says \(2, 3\)"):
+            flow.testing.opcheck("tests_liar", devices=["cpu"])
+    finally:
+        flow.plugins.unregister("tests.liar")

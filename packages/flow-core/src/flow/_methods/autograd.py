@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from flow import autograd as _autograd
+
 
 class AutogradMethods:
     __slots__ = ()
@@ -9,9 +11,7 @@ class AutogradMethods:
     def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
                  inputs=None) -> None:
         """Accumulate d(self)/d(leaf) into each leaf's ``.grad`` (see :func:`flow.autograd.backward`)."""
-        from flow.autograd import backward
-
-        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+        _autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
 
     def detach(self):
         """A tensor sharing storage with this one, cut from the autograd graph."""

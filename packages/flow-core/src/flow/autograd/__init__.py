@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from flow.autograd import engine
 from flow.autograd.engine import run_backward
 from flow.autograd.function import Function, FunctionCtx
 from flow.autograd.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad", "set_grad_enabled",
            "is_grad_enabled", "inference_mode"]
+
+
+_CREATION = []
+
+
+def _creation():
+    """``flow._creation`` (imported on first use: it imports the Tensor class, which imports this)."""
+    if not _CREATION:
+        from flow import _creation
+
+        _CREATION.append(_creation)
+    return _CREATION[0]
 
 
 def _seed(t, g):
@@ -18,12 +31,8 @@ def _seed(t, g):
                 f"grad can be implicitly created only for scalar outputs; got a tensor of shape {tuple(t.shape)}. "
                 "Pass gradient= with the same shape"
             )
-        from flow._creation import ones_like
-
-        return ones_like(t)
-    from flow._tensor import Tensor
-
-    if not isinstance(g, Tensor):
+        return _creation().ones_like(t)
+    if not isinstance(g, engine.Tensor):
         from flow._creation import tensor
 
         g = tensor(g, dtype=t.dtype, device=t.device)
@@ -39,8 +48,7 @@ def _seed(t, g):
 def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False,
              inputs=None) -> None:
     """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves they depend on."""
-    from flow._tensor import Tensor
-
+    Tensor = engine.Tensor
     if isinstance(tensors, Tensor):
         tensors = (tensors,)
         grad_tensors = (grad_tensors,)

@@ -35,20 +35,21 @@ class Node:
         n = _new(Node)
         n.op = op
         n.attrs = attrs
+        save = op.save
+        if save == "none":
+            save_in = False
+            versions = _NO_VERSIONS
+        else:
+            save_in = save != "outputs"  # "both" or "inputs"
+            versions = []
         nxt = []
         meta = []
-        save = op.save
-        save_in = save == "both" or save == "inputs"
-        versions = [] if save_in or save == "outputs" else _NO_VERSIONS
         for x in inputs:
             if isinstance(x, Tensor):
                 meta.append((x._data.shape, x.dtype, x.device))
-                if not x.requires_grad:
-                    nxt.append(_NO_EDGE)
-                elif x.grad_fn is None:
-                    nxt.append((x, -1))  # leaf: accumulate into x.grad
-                else:
-                    nxt.append((x.grad_fn, x._out_idx))
+                # where the gradient goes: nowhere, a leaf's .grad, or the node that made x
+                nxt.append(_NO_EDGE if not x.requires_grad else (x, -1) if x.grad_fn is None
+                           else (x.grad_fn, x._out_idx))
                 if save_in:
                     versions.append((x._version, x._version[0]))
             elif x.__class__ is list or x.__class__ is tuple:
@@ -62,6 +63,23 @@ class Node:
         n.next = nxt
         n.in_meta = meta
         n.saved_in = inputs if save_in else None
+        n.out_hooks = None
+        n.fctx = None
+        if len(outs) == 1:
+            o = outs[0]
+            n.n_out = 1
+            n.out_meta = None
+            if save == "both" or save == "outputs":
+                n.saved_out = (o._data,)
+                versions.append((o._version, o._version[0]))
+            else:
+                n.saved_out = None
+            n.versions = versions
+            if o.dtype.is_floating_point:
+                o.requires_grad = True
+                o.grad_fn = n
+                o._out_idx = 0
+            return n
         n.n_out = len(outs)
         if save == "both" or save == "outputs":
             n.saved_out = tuple([o._data for o in outs])
@@ -70,9 +88,7 @@ class Node:
         else:
             n.saved_out = None
         n.versions = versions
-        n.out_meta = tuple([(o._data.shape, o.dtype, o.device) for o in outs]) if len(outs) > 1 else None
-        n.out_hooks = None
-        n.fctx = None
+        n.out_meta = tuple([(o._data.shape, o.dtype, o.device) for o in outs])
         i = 0
         for o in outs:
             if o.dtype.is_floating_point:

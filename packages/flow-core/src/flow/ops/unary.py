@@ -182,8 +182,14 @@ def _sigmoid_kernel(xp):
 
 
 def _relu_kernel(xp):
+    zeros: dict = {}
+
     def run(x):
-        return xp.maximum(x, 0).astype(x.dtype, copy=False)
+        # a zero of x's own dtype: NumPy takes much longer to combine an array with a Python int
+        z = zeros.get(x.dtype)
+        if z is None:
+            z = zeros[x.dtype] = x.dtype.type(0)
+        return xp.maximum(x, z)
 
     return run
 
