@@ -20,37 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
-import time
 import timeit
 
-# Thread pools read these when they start, so they are set before NumPy and PyTorch load.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "2")
-
-THREADS = 2
-
-
-def _setup_flow():
-    import flow
-
-    try:
-        from flow.backends.cpu import native
-
-        if native.HAVE_NATIVE:
-            native.set_num_threads(THREADS)
-    except ImportError:
-        pass
-    return flow
-
-
-def _setup_torch():
-    import torch
-
-    torch.set_num_threads(THREADS)
-    return torch
+# _common sets the thread-count variables before NumPy and PyTorch load: import it first.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import TIMERS, machine_info, setup_flow, setup_torch  # noqa: E402
 
 
 def make_cases(flow, torch):
@@ -91,17 +67,14 @@ def make_cases(flow, torch):
     ]
 
 
-TIMERS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
 def measure(stmt: str, env: dict, number: int, timer) -> float:
     """Seconds per execution of ``stmt`` over one run of ``number`` executions (gc off, as timeit)."""
     return timeit.Timer(stmt, timer=timer, globals=env).timeit(number) / number
 
 
 def run(number: int, runs: int, warmup: int, timer: str = "wall") -> dict:
-    flow = _setup_flow()
-    torch = _setup_torch()
+    flow = setup_flow()
+    torch = setup_torch()
     clock = TIMERS[timer]
     results = []
     for name, desc, stmt, fenv, tenv, np_stmt in make_cases(flow, torch):
@@ -119,31 +92,15 @@ def run(number: int, runs: int, warmup: int, timer: str = "wall") -> dict:
                         "flow_us": fm * 1e6, "torch_us": tm * 1e6, "ratio": fm / tm,
                         "numpy_us": statistics.median(nt) * 1e6 if nt else None,
                         "flow_min_us": min(ft) * 1e6, "torch_min_us": min(tt) * 1e6})
-    import numpy as np
-
-    return {
-        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": THREADS,
-                    "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-                    "flow": flow.__version__, "timer": timer},
-        "results": results,
-    }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    machine = machine_info()
+    machine.update(torch=torch.__version__, flow=flow.__version__, timer=timer)
+    return {"machine": machine, "results": results}
 
 
 def print_table(report: dict, out=sys.stdout) -> None:
     m = report["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
-          f"NumPy {m['numpy']}, torch {m['torch']}, flow {m['flow']}; {m['timer']} time", file=out)
+          f"NumPy {m['numpy']} ({m['blas']}), torch {m['torch']}, flow {m['flow']}; {m['timer']} time", file=out)
     print(f"{'case':<22}{'flow (us)':>11}{'torch (us)':>12}{'flow/torch':>12}{'NumPy call (us)':>17}", file=out)
     for r in report["results"]:
         npc = f"{r['numpy_us']:.2f}" if r["numpy_us"] is not None else "-"

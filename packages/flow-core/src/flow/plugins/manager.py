@@ -367,6 +367,8 @@ def _dump(out=None, as_json: bool = False, verbose: bool = False) -> None:
         status = "loaded" if d["loaded"] else f"skipped: {d['skipped_reason']}"
         kind = "builtin" if d["builtin"] else ("runtime" if d["distribution"] == "<runtime>" else "entry point")
         print(f"{d['name']}  [{d['distribution']} {d['version'] or '-'}, {kind}, {status}]  {d['module']}", file=out)
+        if d["loaded"] and not d["registered"]:
+            print("    (registered nothing)", file=out)
         for k, v in d["registered"].items():
             if len(v) > 12 and not verbose:
                 shown = ", ".join(v[:12]) + f", ... ({len(v)} in all)"
