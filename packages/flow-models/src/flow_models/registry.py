@@ -132,7 +132,10 @@ class ZooRegistry:
             raise ZooError(f"model '{name}': give a doc string saying what the model is for")
         self._check_new(self._models, "model", name, override)
         entry = ModelEntry(name, factory, config_cls, family, doc.strip(), dict(defaults or {}), self.current_plugin)
-        entry.make_config()  # defaults must name real fields
+        bad = sorted(k for k in entry.defaults if k not in entry.field_names())
+        if bad:
+            raise ConfigError(f"model '{name}': defaults name no field(s) {bad} of {config_cls.__name__}; "
+                              f"valid fields are: {', '.join(entry.field_names())}")
         self._models[name] = entry
 
     def register_dataset(self, name: str, factory: Callable[..., Any], family: str, doc: str | None = None,
@@ -168,28 +171,25 @@ class ZooRegistry:
 
             if pm.get_name(own) is None:  # flow-models' plugin was not loaded (FLOW_PLUGINS, autoload off)
                 impls.setdefault(BUILTIN_PLUGIN, own.flow_models_register)
-            for name in sorted(self._collected - set(impls)):
-                self._drop(name)
+            if self._collected - set(impls):  # a plugin went away: collect again, so overridden entries come back
+                self._models.clear()
+                self._datasets.clear()
+                self._collected.clear()
             # flow-models' own entries first, so that other plugins may override them
             for name in sorted(set(impls) - self._collected, key=lambda n: (n != BUILTIN_PLUGIN, n)):
                 self._collect(name, impls[name])
 
     def _collect(self, name: str, fn: Callable) -> None:
+        saved = dict(self._models), dict(self._datasets)
         self.current_plugin = name
         try:
             fn(registry=self)
-        except Exception as e:
-            self._drop(name)
+        except Exception as e:  # leave the registry as it was before this plugin's hook
+            self._models, self._datasets = saved
             raise PluginError(f"flow plugin '{name}' failed in flow_models_register: {type(e).__name__}: {e}") from e
         finally:
             self.current_plugin = "<user>"
         self._collected.add(name)
-
-    def _drop(self, plugin: str) -> None:
-        for table in (self._models, self._datasets):
-            for key in [k for k, v in table.items() if v.plugin == plugin]:
-                del table[key]
-        self._collected.discard(plugin)
 
     # -- lookup ------------------------------------------------------------------------------------
     def model(self, name: str) -> ModelEntry:
