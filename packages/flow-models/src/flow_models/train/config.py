@@ -1,0 +1,211 @@
+"""flow-train's settings: built-in defaults < per-model defaults < config file (YAML/TOML) < command-line flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from flow.errors import FlowError
+
+__all__ = ["TrainConfig", "TrainError", "MODEL_DEFAULTS", "FAMILY_DEFAULTS", "load_config_file", "resolve_config",
+           "parse_assignments"]
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULERS = ("constant", "cosine")
+AMP_DTYPES = ("bf16", "fp16")
+
+
+class TrainError(FlowError):
+    """A user error of flow-train (bad setting, missing feature); its message is the one line printed."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs; ``flow-train --help`` documents each field's flag."""
+
+    model: str = ""
+    dataset: str | None = None
+    epochs: int = 10
+    batch_size: int = 64
+    eval_batch_size: int | None = None
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    scheduler: str = "constant"
+    warmup_steps: int = 0
+    grad_clip: float | None = None
+    max_steps: int | None = None  # stop after this many optimizer steps in total (short runs, smoke tests)
+    eval_batches: int | None = None  # evaluate on at most this many test batches
+    graph: bool = False
+    amp: str | None = None
+    device: str = "cpu"
+    output: str = "runs/{model}-{dataset}"
+    resume: str | None = None
+    seed: int = 0
+    num_workers: int = 0
+    log_every: int = 10
+    progress: bool = True
+    sample: bool = False
+    prompt: str = "\n"
+    sample_length: int = 300
+    temperature: float = 0.8
+    top_k: int | None = None
+    data_path: str | None = None  # the file or folder of file-based datasets (mnist, criteo, text-file...)
+    model_args: dict = field(default_factory=dict)
+    data_args: dict = field(default_factory=dict)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def validate(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise TrainError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got '{self.optimizer}'")
+        if self.scheduler not in SCHEDULERS:
+            raise TrainError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got '{self.scheduler}'")
+        if self.amp is not None and self.amp not in AMP_DTYPES:
+            raise TrainError(f"amp must be one of {', '.join(AMP_DTYPES)}, got '{self.amp}'")
+        for name in ("epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise TrainError(f"lr must be positive, got {self.lr}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise TrainError(f"max-steps must be at least 1, got {self.max_steps}")
+
+    def output_dir(self) -> str:
+        return self.output.format(model=self.model, dataset=self.dataset or "data")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Per-model training defaults, so that `flow-train MODEL` alone trains well on the model's usual data.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "lenet": {"dataset": "digits", "epochs": 15, "batch_size": 32, "lr": 1e-2, "optimizer": "adam",
+              "scheduler": "cosine"},
+    "lenet-mnist": {"dataset": "mnist", "epochs": 5, "batch_size": 64, "lr": 1e-3, "optimizer": "adam"},
+    "gpt2-char": {"dataset": "cpython-docs", "epochs": 1, "batch_size": 32, "lr": 3e-3, "optimizer": "adamw",
+                  "weight_decay": 0.01, "scheduler": "cosine", "warmup_steps": 20, "grad_clip": 1.0,
+                  "eval_batches": 8},
+    "dlrm": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
+    "dlrm-small": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
+    "wide-deep": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
+    "m5": {"dataset": "synthetic-speech", "epochs": 8, "batch_size": 32, "lr": 3e-3, "optimizer": "adam",
+           "scheduler": "cosine"},
+}
+# ... and per family, for models without their own line.
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vision": {"dataset": "digits", "epochs": 10, "batch_size": 64, "lr": 1e-3, "optimizer": "adam"},
+    "nlp": {"dataset": "cpython-docs", "epochs": 1, "batch_size": 32, "lr": 1e-3, "optimizer": "adamw",
+            "grad_clip": 1.0, "eval_batches": 8},
+    "recsys": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
+    "speech": {"dataset": "synthetic-speech", "epochs": 10, "batch_size": 32, "lr": 3e-3, "optimizer": "adam"},
+}
+
+
+def _normalise_key(key: str) -> str:
+    return key.strip().replace("-", "_")
+
+
+def load_config_file(path: str) -> dict:
+    """A YAML (.yaml/.yml) or TOML (.toml) file of settings, as a dict with underscore keys."""
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise TrainError(f"cannot read config file '{path}': {e.strerror or e}") from None
+    try:
+        if ext in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(raw.decode("utf-8")) or {}
+        elif ext == ".toml":
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
+            data = tomllib.loads(raw.decode("utf-8"))
+        else:
+            raise TrainError(f"config file '{path}' must end in .yaml, .yml or .toml")
+    except TrainError:
+        raise
+    except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
+        msg = " ".join(str(e).split())
+        raise TrainError(f"config file '{path}' is not valid {ext[1:].upper()}: {msg}") from None
+    if not isinstance(data, dict):
+        raise TrainError(f"config file '{path}' must hold a mapping of settings, not {type(data).__name__}")
+    if isinstance(data.get("train"), dict):  # a [train] table / train: section is accepted too
+        data = {**{k: v for k, v in data.items() if k != "train"}, **data["train"]}
+    out = {_normalise_key(k): v for k, v in data.items()}
+    valid = TrainConfig.field_names()
+    unknown = sorted(k for k in out if k not in valid)
+    if unknown:
+        raise TrainError(f"config file '{path}': unknown setting(s) {', '.join(unknown)}; "
+                         f"valid settings: {', '.join(valid)}")
+    for key in ("model_args", "data_args"):
+        if key in out and not isinstance(out[key], dict):
+            raise TrainError(f"config file '{path}': {key} must be a mapping")
+    return out
+
+
+def parse_assignments(items: list[str] | None, what: str) -> dict:
+    """``["k=v", ...]`` -> ``{k: v}`` with values read as YAML scalars (numbers, booleans, lists)."""
+    import yaml
+
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TrainError(f"{what} expects KEY=VALUE, got '{item}'")
+        try:
+            out[key.strip().replace("-", "_")] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip().replace("-", "_")] = value
+    return out
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Check a setting's type (config files may hold strings where numbers are meant)."""
+    kinds = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+    kind = str(kinds[name])
+    if value is None:
+        return None
+    try:
+        if kind.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+        if kind == "bool":
+            if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+                return value.lower() in ("true", "yes", "1")
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+    except (TypeError, ValueError):
+        raise TrainError(f"setting '{name}' expects {kind}, got {value!r}") from None
+    return value
+
+
+def resolve_config(model: str, family: str | None, file_values: dict, flag_values: dict) -> TrainConfig:
+    """Merge the layers of settings into a validated :class:`TrainConfig`."""
+    merged: dict[str, Any] = {}
+    merged.update(FAMILY_DEFAULTS.get(family or "", {}))
+    merged.update(MODEL_DEFAULTS.get(model, {}))
+    for layer in (file_values, flag_values):
+        for k, v in layer.items():
+            if k in ("model_args", "data_args"):
+                merged[k] = {**merged.get(k, {}), **v}
+            elif v is not None:
+                merged[k] = v
+    merged["model"] = model
+    cfg = TrainConfig(**{k: _coerce(k, v) if k not in ("model_args", "data_args") else v
+                         for k, v in merged.items()})
+    cfg.validate()
+    return cfg
