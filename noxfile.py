@@ -4,7 +4,9 @@
 - ``tests(package=...)``: one session per ``packages/*`` with a pyproject: flow-core, then the
   package with its ``test`` extra, then its ``tests/`` with pytest;
 - ``all_plugins``: every package and example plugin installed together, and flow-core's tests and
-  every package's tests run again, so a plugin that breaks the core (or another plugin) shows up.
+  every package's tests run again, so a plugin that breaks the core (or another plugin) shows up;
+- ``parity``: flow-core's training parity tests against PyTorch, with torch==2.13.0 installed by pip
+  (about a minute past the shared flow-core wheel when pip finds the CPU wheel locally).
 
 flow-core compiles a C++ extension, so it is installed non-editable in each session, from one
 wheel built per change of its sources: the wheel is kept in ``.nox/_wheels/`` under a hash of
@@ -29,7 +31,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 nox.needs_version = ">=2024.4.15"  # for "uv|virtualenv"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "all_plugins"]
+nox.options.sessions = ["lint", "tests", "all_plugins", "parity"]
 
 ROOT = Path(__file__).parent
 CORE = "flow-core"
@@ -142,3 +144,12 @@ def all_plugins(session: nox.Session) -> None:
     session.run("python", "-m", "flow", "plugins")
     for project_dir in [CORE_DIR, *projects]:
         run_pytest(session, project_dir)
+
+
+@nox.session(venv_backend="virtualenv")  # a virtualenv has pip, which installs torch as this machine's pip config says
+def parity(session: nox.Session) -> None:
+    """flow-core's training parity tests against PyTorch, with torch==2.13.0 (CPU) installed by pip."""
+    session.install(core_requirement(session), "pytest")
+    session.run("python", "-m", "pip", "install", "--quiet", "--only-binary", "torch", "torch==2.13.0")
+    with session.chdir(CORE_DIR):
+        session.run("pytest", "tests/test_training_parity.py", "-ra", *session.posargs)
