@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -153,6 +156,19 @@ def test_override_replaces_a_model_and_unregistering_gives_it_back():
     assert not isinstance(flow_models.create("lenet"), Toy)
 
 
+@pytest.mark.parametrize("env", [{"FLOW_PLUGINS": "flow-core"}, {"FLOW_DISABLE_PLUGIN_AUTOLOAD": "1"}])
+def test_the_zoo_works_when_flow_skipped_its_plugin(env):
+    code = ("import flow_models, flow.plugins; "
+            "info = {i.name: i for i in flow.plugins.list_plugins()}['models']; "
+            "print(info.loaded, flow_models.model_info('resnet18').plugin, "
+            "flow_models.create('lenet').num_parameters())")
+    run_env = {k: v for k, v in os.environ.items() if k not in ("FLOW_PLUGINS", "FLOW_DISABLE_PLUGIN_AUTOLOAD")}
+    proc = subprocess.run([sys.executable, "-c", code], env={**run_env, **env}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "models", "21386"]
+
+
 def test_registration_checks_config_class_and_doc():
     reg = zoo.ZooRegistry()
     with pytest.raises(zoo.ZooError, match="dataclass"):
@@ -245,6 +261,39 @@ def test_bert_base_counts_and_hf_names():
     assert cls.num_parameters() + 11 * per_layer == 109_483_778
 
 
+# where the reference libraries are installed, compare with them directly (nothing is downloaded)
+LIBRARY_REFERENCES = {
+    "resnet18": ("torchvision", lambda m: m.models.resnet18(weights=None)),
+    "resnet50": ("torchvision", lambda m: m.models.resnet50(weights=None)),
+    "vgg11": ("torchvision", lambda m: m.models.vgg11(weights=None)),
+    "mobilenet-v2": ("torchvision", lambda m: m.models.mobilenet_v2(weights=None)),
+    "vit-tiny": ("timm", lambda m: m.create_model("vit_tiny_patch16_224", pretrained=False)),
+    "gpt2": ("transformers", lambda m: m.GPT2LMHeadModel(m.GPT2Config())),
+    "bert-base": ("transformers", lambda m: m.BertModel(m.BertConfig())),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_REFERENCES))
+def test_names_and_count_match_the_reference_library(name):
+    lib, build = LIBRARY_REFERENCES[name]
+    ref = build(pytest.importorskip(lib))
+    model = flow_models.create(name)
+    assert model.num_parameters() == sum(p.numel() for p in ref.parameters())
+    if lib != "transformers":  # HF GPT-2's Conv1D and buffers differ by design; the converters handle them
+        ref_sd = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
+        assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == ref_sd
+
+
+def test_bert_encoder_forward_and_backward():
+    model = flow_models.create("bert-tiny", vocab_size=60, num_hidden_layers=1)
+    ids = flow.randint(1, 60, (2, 7))
+    mask = flow.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    states, pooled = model(ids, mask, flow.zeros(2, 7, dtype=flow.int64))
+    assert tuple(states.shape) == (2, 7, 128) and tuple(pooled.shape) == (2, 128)
+    (states.sum() + pooled.sum()).backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
 # -- every model runs forward and backward on a small batch ----------------------------------------
 def _images(n, c, s):
     return lambda: (flow.randn(n, c, s, s),), lambda: flow.randint(0, 10, (n,))
@@ -290,7 +339,7 @@ SMALL = {
 
 
 def test_every_model_has_a_small_case():
-    big_only = {"bert-base"}  # the bare encoder returns (states, pooled): covered by the conversion tests
+    big_only = {"bert-base"}  # the bare encoder returns (states, pooled): test_bert_encoder_forward_and_backward
     assert set(SMALL) | big_only == set().union(*FAMILIES.values())
 
 

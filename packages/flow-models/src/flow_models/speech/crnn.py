@@ -71,11 +71,11 @@ class CRNNCTC(ZooModel):
         """CTC loss of batch-first ``log_probs`` ``(B, T', V)``; lengths default to the full sequences."""
         B, T = log_probs.shape[0], log_probs.shape[1]
         if input_lengths is None:
-            input_lengths = flow.full((B,), T, dtype=flow.int64)
+            input_lengths = flow.full((B,), T, dtype=flow.int64, device=log_probs.device)
         if target_lengths is None:
             if targets.ndim != 2:
                 raise ValueError("CRNNCTC.loss: give target_lengths for 1-D concatenated targets")
-            target_lengths = flow.full((B,), targets.shape[1], dtype=flow.int64)
+            target_lengths = flow.full((B,), targets.shape[1], dtype=flow.int64, device=log_probs.device)
         return self.ctc(log_probs.transpose(0, 1), targets, input_lengths, target_lengths)
 
     def greedy_decode(self, log_probs: flow.Tensor, lengths=None) -> list[list[int]]:
