@@ -431,6 +431,19 @@ def test_crnn_ctc_lengths_and_greedy_decode():
     assert np.isfinite(loss.item())
 
 
+def test_m5_scales_with_the_sample_rate_and_pads_short_waveforms():
+    m16 = flow_models.create("m5")
+    assert (m16.conv1.kernel_size, m16.conv1.stride) == ((80,), (16,))
+    m8 = flow_models.create("m5", sample_rate=8000, num_classes=6)
+    assert (m8.conv1.kernel_size, m8.conv1.stride) == ((40,), (8,))
+    assert tuple(m8(flow.randn(2, 4000)).shape) == (2, 6)
+    assert tuple(m16(flow.randn(2, 1, 100)).shape) == (2, 35)  # padded up to min_samples
+    m16.eval()
+    x = flow.randn(1, 1, 300)
+    padded = flow.nn.functional.pad(x, (0, m16.min_samples - 300))
+    np.testing.assert_allclose(m16(x).detach().numpy(), m16(padded).detach().numpy(), rtol=1e-6)
+
+
 def test_models_are_zoo_models_with_num_parameters():
     for name in ("resnet18-cifar", "m5", "wide-deep"):
         model = flow_models.create(name)
