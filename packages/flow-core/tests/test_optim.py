@@ -458,3 +458,31 @@ def test_with_nn_module_checkpoint_and_dtype_change(tmp_path):
     assert all(p.dtype is flow.float64 for p in m3.parameters())
     assert all(v.dtype is flow.float64 for st in o3.state_dict()["state"].values() for k, v in st.items()
                if k != "step")
+
+
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+                                  lambda ps: AdamW(ps, lr=0.01), lambda ps: LAMB(ps, lr=0.01)],
+                         ids=["sgd", "adamw", "lamb"])
+def test_updates_in_bounded_runs_are_the_same(monkeypatch, make):
+    """Runs of at most GRAD_CHUNK elements (a larger parameter alone) give bit-identical updates, and the
+    gradient scratch buffer holds one run, not the whole bucket."""
+    from flow.optim import _flat
+
+    init, grads = data(shapes=[(3, 4), (5,), (9,), (2, 2), (4,)])
+
+    def train(chunk):
+        monkeypatch.setattr(_flat, "GRAD_CHUNK", chunk)
+        ps = flow_params(init)
+        opt = make(ps)
+        for gs in grads:
+            for p, g in zip(ps, gs):
+                p.grad = flow.tensor(g)
+            opt.step()
+        (b,) = opt._buckets(0)
+        return [p.detach().numpy().copy() for p in ps], b
+
+    whole, b_whole = train(1 << 20)
+    chunked, b_chunked = train(10)
+    assert b_whole.grad.shape == (34,) and b_chunked.grad.shape == (12,)  # the largest run: (3, 4) alone
+    for a, c in zip(whole, chunked):
+        assert np.array_equal(a, c)

@@ -3,9 +3,11 @@
 A :class:`FlatBucket` holds the parameters of one param group that share a dtype and a
 device. Their values live in one contiguous 1-d buffer and each parameter's ``_data`` is
 re-pointed to a view of its slice, so an update is one fused call (or a few vectorised NumPy
-expressions) over the whole bucket instead of one Python op per parameter. Gradients are
-gathered into a flat buffer with one ``concatenate(..., out=)`` per step; optimizer states
-(``exp_avg`` ...) are flat buffers with the same layout.
+expressions) over a run of up to :data:`GRAD_CHUNK` elements (or one larger parameter) instead of
+one Python op per parameter. A run's gradients are gathered with one ``concatenate(..., out=)``
+into a scratch buffer of the run's size, reused from run to run and step to step, so the
+optimizer never holds a second copy of all the gradients; optimizer states (``exp_avg`` ...) are
+flat buffers with the parameters' layout.
 
 The views stay valid as long as nobody replaces a parameter's ``_data``; ``param.data = x``,
 ``flow.load`` into a parameter etc. do, and :meth:`FlatBucket.in_sync` notices it (an identity
@@ -22,6 +24,9 @@ from flow import _dtype as D
 from flow.errors import FlowError
 
 LOW_PRECISION = (D.float16, D.bfloat16)
+# The most elements one fused update covers (a single larger parameter is a run of its own): it bounds
+# the gradient scratch buffer to max(GRAD_CHUNK, the largest parameter) elements.
+GRAD_CHUNK = 1 << 20
 
 
 def array_module(device):
@@ -61,7 +66,7 @@ class FlatBucket:
         self.states: dict[str, object] = {}  # name -> flat array (compute dtype)
         self.present: dict[str, np.ndarray] = {}  # name -> bool per param: state holds a value
         self.steps = np.zeros(len(self.params), dtype=np.int64)
-        self.grad = None
+        self.grad = None  # scratch for one run's gradients (grown to the largest run)
 
     # -- layout ------------------------------------------------------------------------
     def in_sync(self) -> bool:
@@ -105,30 +110,36 @@ class FlatBucket:
 
     # -- one step ------------------------------------------------------------------------
     def runs(self, names) -> list[tuple[int, int]]:
-        """Maximal ranges ``[i0, i1)`` of parameters that have a gradient and the same step/state status.
+        """Ranges ``[i0, i1)`` of parameters that have a gradient and the same step/state status, each as
+        long as possible within :data:`GRAD_CHUNK` elements (a larger parameter makes a range of its own).
 
-        In the usual case (every parameter has a gradient, all were initialised together) this
-        is one range covering the whole bucket, i.e. one fused update.
+        In the usual case (every parameter has a gradient, all were initialised together) these
+        cover the whole bucket in ``total / GRAD_CHUNK`` or so fused updates.
         """
         out: list[tuple[int, int]] = []
         pres = [self.present[k] for k in names if k in self.present]
-        start, key = -1, None
+        numels = self.numels.tolist()
+        start, key, size = -1, None, 0
         for i, p in enumerate(self.params):
             g = p.grad
             k = None if g is None else (int(self.steps[i]),) + tuple(bool(m[i]) for m in pres)
-            if k != key or k is None:
+            n = numels[i]
+            if k != key or k is None or size + n > GRAD_CHUNK:
                 if key is not None:
                     out.append((start, i))
-                start, key = i, k
+                start, key, size = i, k, 0
+            size += n
         if key is not None:
             out.append((start, len(self.params)))
         return out
 
     def gather_grads(self, i0: int, i1: int):
-        """Copy the gradients of parameters ``i0:i1`` into the flat grad buffer (one concatenate)."""
-        if self.grad is None:
-            self.grad = self.xp.empty(self.total, dtype=self.cdtype)
+        """Copy the gradients of parameters ``i0:i1`` into the scratch buffer (one concatenate); return that
+        (1-d, the run's size; the caller may overwrite it)."""
         o0, o1 = int(self.offsets[i0]), int(self.offsets[i1])
+        if self.grad is None or self.grad.shape[0] < o1 - o0:
+            self.grad = None  # free the old one first
+            self.grad = self.xp.empty(o1 - o0, dtype=self.cdtype)
         parts = []
         for i in range(i0, i1):
             g = self.params[i].grad
@@ -138,7 +149,7 @@ class FlatBucket:
                     f"optimizer: parameter of shape {self.shapes[i]} has a gradient of shape {tuple(gd.shape)}"
                 )
             parts.append(gd.reshape(-1))
-        out = self.grad[o0:o1]
+        out = self.grad[:o1 - o0]
         if len(parts) == 1:
             out[...] = parts[0]
         else:
