@@ -10,4 +10,6 @@ from flow.nn.modules import *  # noqa: F401,F403
 from flow.nn.modules import __all__ as _modules_all
 from flow.nn.parameter import Buffer, Parameter
 
-__all__ = ["functional", "init", "utils", "Parameter", "Buffer"] + list(_modules_all)
+__all__ = ["functional", "init", "utils", "Parameter", "Buffer", "Graph"] + list(_modules_all)
+
+from flow.graph.graph import Graph  # noqa: E402  (graph mode: flow.nn.Graph)

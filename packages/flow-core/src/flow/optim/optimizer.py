@@ -29,6 +29,10 @@ class _Required:
 
 required = _Required()
 
+# Set by flow.graph while it traces a compiled training step: step() then records the fused update
+# as graph ops (see flow.graph.optim_ops) instead of running it.
+_graph_step_hook = None
+
 
 def _float(x) -> float:
     return float(x.item()) if isinstance(x, Tensor) else float(x)
@@ -152,6 +156,8 @@ class Optimizer:
     # -- the public API -----------------------------------------------------------------------
     def step(self, closure: Callable | None = None):
         """Update every parameter that has a gradient; ``closure`` re-evaluates the model and returns the loss."""
+        if _graph_step_hook is not None:
+            return _graph_step_hook(self, closure)
         loss = None
         if closure is not None:
             from flow.autograd import enable_grad

@@ -27,6 +27,7 @@ ENTRY_POINT_GROUP = "flow.plugins"
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("flow.cpu", "flow.backends.cpu.plugin"),
     ("flow.ops", "flow.ops.plugin"),
+    ("flow.graph", "flow.graph.plugin"),
 )
 
 PHASES = (

@@ -1,0 +1,194 @@
+"""``flow.nn.Graph``: OneFlow's static-graph API.
+
+>>> class TrainGraph(flow.nn.Graph):
+...     def __init__(self, model, opt, sched):
+...         super().__init__()
+...         self.model = model                      # a graph block
+...         self.add_optimizer(opt, lr_sch=sched)
+...     def build(self, x, y):
+...         loss = flow.nn.functional.cross_entropy(self.model(x), y)
+...         loss.backward()
+...         return loss
+>>> g = TrainGraph(model, opt, sched)
+>>> loss = g(x, y)   # one compiled training step: forward, backward, optimizer update, sched.step()
+
+Modules assigned in ``__init__`` become blocks (``g.model`` is a :class:`Block` forwarding to the
+module, with ``activation_checkpointing`` and ``stage_id`` settings); their parameters, buffers
+and the optimizers' states are the graph's state, shared with eager mode. After ``build`` the
+graph steps every added optimizer (the update is part of the compiled step) and, after each run,
+its LR scheduler.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from flow.errors import FlowError
+from flow.graph.compiler import Runner, compile_step
+from flow.graph.config import BlockConfig, GraphConfig
+from flow.nn.modules.module import Module
+
+
+class Block:
+    """A module inside a graph: calls and attribute access go to the module; ``activation_checkpointing``
+    and ``stage_id`` (also under ``.config``) configure how the graph compiles it."""
+
+    def __init__(self, name: str, module: Module, config: BlockConfig, graph_config: GraphConfig) -> None:
+        d = self.__dict__
+        d["_name"] = name
+        d["_module"] = module
+        d["_config"] = config
+        d["_graph_config"] = graph_config
+
+    @property
+    def config(self) -> BlockConfig:
+        return self._config
+
+    @property
+    def module(self) -> Module:
+        return self._module
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        return self._config.activation_checkpointing
+
+    @property
+    def stage_id(self):
+        return self._config.stage_id
+
+    def __call__(self, *args, **kwargs):
+        return self._module(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._module, name)
+        if isinstance(attr, Module):
+            sub = f"{self._name}.{name}"
+            cfg = self._graph_config.blocks.get(sub)
+            if cfg is None:
+                cfg = self._graph_config.blocks[sub] = BlockConfig(self._graph_config)
+            return Block(sub, attr, cfg, self._graph_config)
+        return attr
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in ("activation_checkpointing", "stage_id"):
+            setattr(self._config, name, value)
+        else:
+            setattr(self._module, name, value)
+
+    def __repr__(self) -> str:
+        return f"(BLOCK:{self._name}:{type(self._module).__name__}, {self._config})"
+
+
+class Graph(Runner):
+    """Subclass it, assign modules in ``__init__``, add optimizers, write ``build``; call it to run a step."""
+
+    def __init__(self) -> None:
+        self._init_runner(type(self).__name__, GraphConfig())
+        d = self.__dict__
+        d["_blocks"] = OrderedDict()
+        d["_opts"] = []  # (optimizer, lr scheduler or None)
+
+    def _checked(self) -> None:
+        if "_blocks" not in self.__dict__:
+            raise FlowError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning attributes")
+
+    def __setattr__(self, name: str, value) -> None:
+        self._checked()
+        if isinstance(value, Module):
+            cfg = self.config.blocks.get(name)
+            if cfg is None:
+                cfg = self.config.blocks[name] = BlockConfig(self.config)
+            self._blocks[name] = Block(name, value, cfg, self.config)
+            self.config._changed()
+            return
+        if isinstance(value, Block):
+            self._blocks[name] = value
+            return
+        object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str):
+        blocks = self.__dict__.get("_blocks")
+        if blocks is not None and name in blocks:
+            return blocks[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def add_optimizer(self, optim, *, lr_sch=None, is_sparse: bool = False) -> None:
+        """Step ``optim`` after ``build`` in every compiled step; call ``lr_sch.step()`` after each run."""
+        self._checked()
+        from flow.optim.optimizer import Optimizer
+
+        if not isinstance(optim, Optimizer):
+            raise TypeError(f"add_optimizer expects a flow.optim.Optimizer, got {type(optim).__name__}")
+        if lr_sch is not None and getattr(lr_sch, "optimizer", optim) is not optim:
+            raise ValueError("add_optimizer: lr_sch schedules a different optimizer")
+        self._opts.append((optim, lr_sch))
+        self.config._changed()
+
+    def build(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define build(self, *inputs)")
+
+    # -- what is traced -------------------------------------------------------------------------
+    def _modules(self) -> dict:
+        return {name: b._module for name, b in self._blocks.items()}
+
+    def _optimizers(self) -> list:
+        return [(f"optimizer{i}" if len(self._opts) > 1 else "optimizer", o) for i, (o, _) in enumerate(self._opts)]
+
+    @property
+    def training(self) -> bool:
+        """A graph with an optimizer is a training graph."""
+        return bool(self._opts)
+
+    def _compile(self, args, kwargs):
+        build = type(self).build
+        if build is Graph.build:
+            raise NotImplementedError(f"{type(self).__name__} must define build(self, *inputs)")
+        optimizers = self._optimizers()
+
+        def after(tracer):
+            for _, opt in optimizers:
+                opt.step()
+
+        return compile_step(self.build, args, kwargs, name=self._name, config=self.config,
+                            entry_codes=(build.__code__,), modules=self._modules(), optimizers=optimizers,
+                            after=after if optimizers else None, debug=self._debug_level,
+                            grad_enabled=True if optimizers else None)
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and hasattr(args[0], "__next__") and not hasattr(args[0], "shape"):
+            args, kwargs = self._from_iterator(args[0])
+        elif self._pending is not None:
+            loaded = self._take_prefetched(args, kwargs)
+            if loaded is not None:
+                args, kwargs = loaded
+        n = self.config.gradient_accumulation_steps
+        if n > 1:
+            from flow.graph.accumulate import run_accumulated
+
+            out = run_accumulated(self, args, kwargs, n)
+        else:
+            out = self._run(args, kwargs)
+        for _, sch in self._opts:
+            if sch is not None:
+                sch.step()
+        return out
+
+    def __repr__(self) -> str:
+        L = [f"({type(self).__name__}:nn.Graph)"]
+        for b in self._blocks.values():
+            L.append(f"  {b!r}")
+        for opt, sch in self._opts:
+            L.append(f"  (OPTIMIZER:{type(opt).__name__}{', LR_SCHEDULER:' + type(sch).__name__ if sch else ''})")
+        L.append(f"  {self.config!r}")
+        if self._latest is None:
+            L.append("  (not compiled yet: call the graph once)")
+        else:
+            from flow.graph.debug import format_ir, format_log
+
+            L.append("  " + format_log(self._name, self._latest.log, self._latest).replace("\n", "\n  "))
+            L.append("  " + format_ir(self._latest.ir).replace("\n", "\n  "))
+        return "\n".join(L)

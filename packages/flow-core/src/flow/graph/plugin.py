@@ -1,0 +1,27 @@
+"""Built-in plugin ``flow.graph``: the graph-mode ops (fused optimizer updates, the dropout RNG op),
+their kernels, and the built-in graph passes, registered through the same hooks as any plugin."""
+
+from __future__ import annotations
+
+from flow.plugins import hookimpl
+
+
+@hookimpl
+def flow_register_ops(registry) -> None:
+    from flow.graph import optim_ops
+
+    optim_ops.register_ops(registry)
+
+
+@hookimpl
+def flow_register_kernels(registry) -> None:
+    from flow.graph import optim_ops
+
+    optim_ops.register_kernels(registry)
+
+
+@hookimpl
+def flow_register_passes(registry) -> None:
+    from flow.graph.passes.pipeline import register_builtin_passes
+
+    register_builtin_passes(registry)

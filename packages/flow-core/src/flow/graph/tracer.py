@@ -1,0 +1,386 @@
+"""The tracer: run build once with symbolic tensors and record every op call as an IR node.
+
+It is an eager interceptor (:mod:`flow.interceptors`): each op call is answered by running the
+op's meta rule and returning flow Tensors whose ``_data`` is a
+:class:`~flow.graph.symbolic.SymbolicArray`; autograd records its nodes as usual, so
+``loss.backward()`` inside build runs the ops' gradient formulas, which are intercepted in turn.
+Parameters, buffers and optimizer states become state inputs bound to their live arrays; tensors
+created while tracing (or captured from outside without being state) become constants; Python
+scalars stay literal inputs of the nodes.
+
+While tracing it also installs: global module hooks (the module scope of each node), the
+optimizer's step hook (``Optimizer.step`` records the fused update ops, see
+:mod:`flow.graph.optim_ops`), and a graph-mode dropout mask (the ``bernoulli_mask`` RNG op).
+Everything it touched (``_data``, ``.grad``, ``requires_grad``, ``grad_fn``, version counters of
+state tensors) is restored afterwards, even when tracing fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from functools import partial
+
+import numpy as np
+
+import flow
+from flow import _dtype as D
+from flow._dispatch import _meta_inputs
+from flow._tensor import Tensor
+from flow.autograd.grad_mode import STATE
+from flow.autograd.node import Node as _AGNode
+from flow.errors import OpTypeError
+from flow.graph.ir import GraphIR, HostSpec, Lit, SourceLoc, StateSpec, Value
+from flow.graph.symbolic import GraphTraceError, SymbolicArray
+from flow.ops.meta import TensorMeta
+
+_FLOW_DIR = os.path.dirname(os.path.abspath(flow.__file__)) + os.sep
+_ACTIVE: list = []  # the tracer running now (innermost last)
+
+
+def active_tracer():
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+# -- pytrees: the structure of build's inputs and outputs -----------------------------------------
+def flatten(obj, leaves: list):
+    """Append the tensors of a nested tuple/list/dict to ``leaves``; return the structure."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return ("T",)
+    if obj.__class__ in (tuple, list):
+        return (obj.__class__.__name__, tuple(flatten(o, leaves) for o in obj))
+    if obj.__class__ is dict:
+        keys = tuple(obj)
+        return ("dict", keys, tuple(flatten(obj[k], leaves) for k in keys))
+    return ("L", obj)
+
+
+def unflatten(tree, leaves):
+    it = iter(leaves)
+
+    def build(t):
+        tag = t[0]
+        if tag == "T":
+            return next(it)
+        if tag == "tuple":
+            return tuple(build(s) for s in t[1])
+        if tag == "list":
+            return [build(s) for s in t[1]]
+        if tag == "dict":
+            return {k: build(s) for k, s in zip(t[1], t[2])}
+        return t[1]
+
+    return build(tree)
+
+
+def tree_key(tree):
+    """A hashable form of a structure (literal leaves by value where they can be hashed)."""
+    try:
+        hash(tree)
+        return tree
+    except TypeError:
+        return repr(tree)
+
+
+class _GradProxy:
+    """Stands in for an autograd node's op while tracing: marks the ops its gradient records as the
+    backward of the forward IR node (their scope and location come from it)."""
+
+    __slots__ = ("_op", "_node", "_tracer")
+
+    def __init__(self, op, node, tracer) -> None:
+        self._op = op
+        self._node = node
+        self._tracer = tracer
+
+    def __getattr__(self, name):
+        return getattr(self._op, name)
+
+    def grad(self, ctx, *grads):
+        bwd = self._tracer._bwd
+        bwd.append(self._node)
+        try:
+            return self._op.grad(ctx, *grads)
+        finally:
+            bwd.pop()
+
+
+class Tracer:
+    """Records one traced step into ``self.ir``. Use :func:`trace`."""
+
+    def __init__(self, name: str, entry_codes=(), module_names: dict | None = None) -> None:
+        self.ir = GraphIR(name)
+        self.entry_codes = set(entry_codes)
+        self.module_names = dict(module_names or {})
+        self._saved: dict[int, tuple] = {}  # id(tensor) -> (tensor, fields to restore, initial value)
+        self._array_states: list = []  # (SymbolicArray, initial Value) of states that are not tensors' data
+        self._consts: dict[int, tuple] = {}
+        self._scope: list[str] = [""]
+        self._bwd: list = []
+        self.phase = "forward"
+        self.last_node = None
+        self._captured = 0
+
+    # -- states, hosts, constants --------------------------------------------------------
+    def add_state_tensor(self, t: Tensor, name: str, kind: str) -> Value:
+        """Make ``t`` a state input: its ``_data`` becomes symbolic until tracing ends."""
+        prev = self._saved.get(id(t))
+        if prev is not None:
+            return prev[2]
+        d = t._data
+        if d.__class__ is SymbolicArray:
+            raise GraphTraceError(f"graph tracing: state tensor '{name}' is already being traced by another graph")
+        v = self.ir.add_state(TensorMeta(tuple(d.shape), t.dtype, t.device),
+                              StateSpec(name, kind, partial(getattr, t, "_data"), t))
+        self._saved[id(t)] = (t, (d, t.grad, t.requires_grad, t.grad_fn, t._version[0]), v)
+        t._data = SymbolicArray(d.shape, d.dtype, v, self)
+        t.grad = None
+        return v
+
+    def add_state_array(self, name: str, kind: str, meta, get) -> Tensor:
+        """A state that is not a tensor's data (an optimizer buffer): returns a symbolic tensor for it."""
+        v = self.ir.add_state(meta, StateSpec(name, kind, get))
+        sym = SymbolicArray(meta.shape, meta.dtype.np, v, self)
+        self._array_states.append((sym, v))
+        return Tensor._make(sym, meta.dtype, meta.device)
+
+    def host_input(self, name: str, meta, feed) -> Tensor:
+        """A value the runtime computes on the host before every step (learning rate, step count)."""
+        v = self.ir.add_host(meta, HostSpec(name, feed))
+        return self.tensor_of(v)
+
+    def tensor_of(self, v: Value) -> Tensor:
+        return Tensor._make(SymbolicArray(v.shape, v.dtype.np, v, self), v.dtype, v.device)
+
+    def value_of(self, x: Tensor) -> Value:
+        """The IR value a tensor holds now (a concrete tensor becomes a constant, or a captured state)."""
+        d = x._data
+        if d.__class__ is SymbolicArray:
+            if d.tracer is not self:
+                raise GraphTraceError("graph tracing: a symbolic tensor from another (or a finished) trace was "
+                                      "used; do not keep tensors from inside build across calls")
+            return d.value
+        if x.requires_grad and x.grad_fn is None:  # a parameter nobody declared: still live state
+            self._captured += 1
+            return self.add_state_tensor(x, f"captured.{self._captured - 1}", "captured")
+        c = self._consts.get(id(x))
+        if c is not None and c[1] is d and c[2] == x._version[0]:
+            return c[3]
+        arr = d.copy() if isinstance(d, np.ndarray) else d
+        v = self.ir.add_constant(arr, x.dtype, x.device)
+        self._consts[id(x)] = (x, d, x._version[0], v)
+        return v
+
+    def describe_value(self, v: Value) -> str:
+        if v.kind == "node" and v.producer is not None:
+            n = v.producer
+            where = f" at {n.loc.short()}" if n.loc is not None else ""
+            return f"op '{n.name}'{where}"
+        return f"{v.kind} '{v.name}'" if v.name else f"a graph {v.kind}"
+
+    # -- source locations and scopes ------------------------------------------------------
+    def user_location(self) -> SourceLoc | None:
+        """The line of build (or the traced function) running now, and the innermost user line."""
+        f = sys._getframe(1)
+        inner = None
+        entry = self.entry_codes
+        while f is not None:
+            code = f.f_code
+            if code in entry:
+                if inner is None:
+                    return SourceLoc(code.co_filename, f.f_lineno, code.co_name)
+                return SourceLoc(code.co_filename, f.f_lineno, code.co_name, *inner)
+            if inner is None and not code.co_filename.startswith(_FLOW_DIR):
+                inner = (code.co_filename, f.f_lineno, code.co_name)
+            f = f.f_back
+        return SourceLoc(*inner) if inner is not None else None
+
+    def _pre_hook(self, module, args):
+        name = self.module_names.get(id(module))
+        if name is None:
+            parent = self._scope[-1]
+            name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
+        self._scope.append(name)
+
+    def _post_hook(self, module, args, out):
+        if len(self._scope) > 1:
+            self._scope.pop()
+
+    # -- the interceptor -----------------------------------------------------------------
+    def __call__(self, op, inputs: tuple, attrs: dict):
+        if op.dynamic_shape:
+            loc = self.user_location()
+            raise GraphTraceError(f"graph tracing: op '{op.name}'{' at ' + loc.short() if loc else ''} has an "
+                                  "output shape that depends on the input values, which a compiled graph cannot "
+                                  "have; run it eagerly")
+        args = []
+        needs_grad = False
+        dev = None
+        for x in inputs:
+            if isinstance(x, Tensor):
+                args.append(self.value_of(x))
+                needs_grad = needs_grad or x.requires_grad
+                dev = dev or x.device
+            elif x.__class__ is list or x.__class__ is tuple:
+                seq = []
+                for t in x:
+                    if not isinstance(t, Tensor):
+                        raise OpTypeError(op.name, f"expected a sequence of Tensors, got an element of type "
+                                                   f"{type(t).__name__}")
+                    seq.append(self.value_of(t))
+                    needs_grad = needs_grad or t.requires_grad
+                    dev = dev or t.device
+                args.append(seq)
+            else:
+                args.append(Lit(x))
+        if dev is None:
+            raise OpTypeError(op.name, "expected at least one Tensor input")
+        meta = op.meta(*_meta_inputs(inputs), **attrs)
+        multi = isinstance(meta, (tuple, list))
+        metas = tuple(meta) if multi else (meta,)
+        tags = {"phase": self.phase}
+        scope = self._scope[-1]
+        loc = self.user_location()
+        if self._bwd:
+            fwd = self._bwd[-1]
+            tags = {"phase": "backward", "bwd_of": fwd.id}
+            scope = fwd.scope
+            if fwd.loc is not None:
+                tags["fwd_loc"] = fwd.loc.short()
+        if multi:
+            tags["multi_output"] = True
+        node = self.ir.add_node(op, args, attrs, metas, loc, scope, tags)
+        self.last_node = node
+        outs = tuple(self.tensor_of(v) for v in node.outputs)
+        if needs_grad and op.grad is not None and STATE.grad_enabled:
+            an = _AGNode.record(op, inputs, attrs, outs)
+            an.op = _GradProxy(op, node, self)
+        return outs if multi else outs[0]
+
+    # -- in-place writes on symbolic arrays ----------------------------------------------
+    def assign(self, dst: SymbolicArray, val) -> None:
+        """``dst[...] = val``: ``dst`` now holds ``val`` (broadcast and cast to it)."""
+        dv = dst.value
+        if isinstance(val, SymbolicArray):
+            t = self.tensor_of(val.value)
+            if tuple(t.shape) != dst.shape:
+                t = t.expand(*dst.shape)
+            if t.dtype.np != dst.dtype:
+                t = t.to(D.NP_TO_DTYPE[dst.dtype])
+            dst.value = t._data.value
+            return
+        if isinstance(val, (np.ndarray, np.generic, int, float, bool)):
+            arr = np.array(np.broadcast_to(np.asarray(val, dtype=dst.dtype), dst.shape))
+            dst.value = self.ir.add_constant(arr, D.NP_TO_DTYPE[dst.dtype], dv.device)
+            return
+        raise GraphTraceError(f"graph tracing: cannot write a {type(val).__name__} into a traced tensor")
+
+    def inplace_binary(self, dst: SymbolicArray, other, opname: str) -> None:
+        a = self.tensor_of(dst.value)
+        b = self.tensor_of(other.value) if isinstance(other, SymbolicArray) else other
+        with flow.no_grad():
+            r = a + b if opname == "add" else a * b if opname == "mul" else a - b
+        self.assign(dst, r._data)
+
+    # -- running -------------------------------------------------------------------------
+    @contextmanager
+    def active(self):
+        import importlib
+
+        from flow.graph import optim_ops
+        from flow.nn.modules import hooks as mhooks
+
+        dmod = importlib.import_module("flow.nn.functional.dropout")
+        from flow.optim import optimizer as optmod
+
+        pre = mhooks.register_module_forward_pre_hook(self._pre_hook)
+        post = mhooks.register_module_forward_hook(self._post_hook)
+        keep_mask = dmod._keep_mask
+        dmod._keep_mask = optim_ops.traced_keep_mask
+        old_hook = getattr(optmod, "_graph_step_hook", None)
+        optmod._graph_step_hook = partial(optim_ops.trace_optimizer_step, self)
+        _ACTIVE.append(self)
+        try:
+            with flow.interceptors.intercept(self):
+                yield self
+        finally:
+            _ACTIVE.pop()
+            optmod._graph_step_hook = old_hook
+            dmod._keep_mask = keep_mask
+            pre.remove()
+            post.remove()
+            self.restore()
+
+    def finish_updates(self) -> None:
+        """Turn "this state ends with another value" into explicit state updates."""
+        ir = self.ir
+        for t, _, v0 in self._saved.values():
+            d = t._data
+            if d.__class__ is SymbolicArray:
+                if d.value is not v0:
+                    ir.updates.append((v0, d.value))
+            else:  # replaced by a concrete array while tracing (param.data = ...)
+                ir.updates.append((v0, self.value_of(t)))
+        for sym, v0 in self._array_states:
+            if sym.value is not v0:
+                ir.updates.append((v0, sym.value))
+
+    def restore(self) -> None:
+        for t, (data, grad, rg, gfn, ver), _ in self._saved.values():
+            t._data = data
+            t.grad = grad
+            t.requires_grad = rg
+            t.grad_fn = gfn
+            t._version[0] = ver
+
+
+def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(), modules=None,
+          optimizers=(), after=None, module_names=None) -> GraphIR:
+    """Trace ``fn(*args, **kwargs)`` into a :class:`GraphIR`.
+
+    ``modules``: ``{name: Module}`` whose parameters and buffers are state inputs; ``optimizers``:
+    ``[(name, optimizer)]`` whose parameters and states are; ``after(tracer)`` runs once ``fn``
+    returned, still tracing (nn.Graph steps its optimizers there).
+    """
+    from flow.graph import optim_ops
+
+    if module_names is None:
+        module_names = {}
+        for mname, m in (modules or {}).items():
+            for sub, mm in m.named_modules(prefix=mname):
+                module_names.setdefault(id(mm), sub)
+    tr = Tracer(name, entry_codes or (getattr(fn, "__code__", None),), module_names)
+    tr.ir.meta["optimizer_names"] = {id(opt): oname for oname, opt in optimizers}
+    for _, opt in optimizers:
+        optim_ops.prepare(opt)
+    leaves: list = []
+    in_tree = flatten((args, kwargs), leaves)
+    with tr.active():
+        for mname, m in (modules or {}).items():
+            for pname, p in m.named_parameters(prefix=mname):
+                tr.add_state_tensor(p, pname, "param")
+            for bname, b in m.named_buffers(prefix=mname):
+                if b is not None:
+                    tr.add_state_tensor(b, bname, "buffer")
+        for oname, opt in optimizers:
+            for gi, group in enumerate(opt.param_groups):
+                for i, p in enumerate(group["params"]):
+                    tr.add_state_tensor(p, f"{oname}.group{gi}.param{i}", "param")
+        sym_leaves = []
+        for i, t in enumerate(leaves):
+            v = tr.ir.add_input(TensorMeta(tuple(t.shape), t.dtype, t.device), name=f"input{i}")
+            s = tr.tensor_of(v)
+            s.requires_grad = t.requires_grad and t.dtype.is_floating_point
+            sym_leaves.append(s)
+        sargs, skwargs = unflatten(in_tree, sym_leaves)
+        out = fn(*sargs, **skwargs)
+        if after is not None:
+            after(tr)
+        out_leaves: list = []
+        tr.ir.out_tree = flatten(out, out_leaves)
+        tr.ir.outputs = [tr.value_of(t) for t in out_leaves]
+        tr.finish_updates()
+    tr.ir.meta["in_tree"] = in_tree
+    return tr.ir
