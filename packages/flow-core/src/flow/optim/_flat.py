@@ -59,9 +59,10 @@ class FlatBucket:
         for p, o, n, shape in zip(self.params, self.offsets, self.numels, self.shapes):
             seg = self.flat[o:o + n]
             seg[...] = p._data.reshape(-1)
-            views.append(seg.reshape(shape))
-        for p, v in zip(self.params, views):
-            p._data = v
+            # re-pointed at once, so each old array is freed as soon as it is copied: flattening never
+            # holds two copies of all the parameters
+            p._data = seg.reshape(shape)
+            views.append(p._data)
         self.views = views
         self.states: dict[str, object] = {}  # name -> flat array (compute dtype)
         self.present: dict[str, np.ndarray] = {}  # name -> bool per param: state holds a value
