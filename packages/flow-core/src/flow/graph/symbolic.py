@@ -78,6 +78,7 @@ class SymbolicArray:
 
     # -- asking for data -----------------------------------------------------------------
     def _error(self, what: str, hint: str = "") -> GraphTraceError:
+        what = _entry_point() or what
         t = self.tracer
         src = t.describe_value(self.value) if t is not None else "a traced op"
         where = t.user_location() if t is not None else None
@@ -124,6 +125,35 @@ class SymbolicArray:
 
     def __repr__(self) -> str:
         return f"SymbolicArray(shape={self.shape}, dtype={self.dtype}, value=%{getattr(self.value, 'id', '?')})"
+
+
+_FRIENDLY = {"__bool__": "bool() (an if-statement or a comparison on a tensor)", "__float__": "float()",
+             "__int__": "int()", "__index__": "using a tensor as an index", "__repr__": "printing a tensor",
+             "__str__": "printing a tensor", "__format__": "formatting a tensor", "__array__": "np.asarray()",
+             "__iter__": "iterating over a tensor", "__len__": "len()"}
+
+
+def _entry_point() -> str:
+    """The flow API the user called that ended up needing data (``item()``, ``numpy()``, ...)."""
+    import os
+    import sys
+
+    import flow
+
+    root = os.path.dirname(os.path.abspath(flow.__file__)) + os.sep
+    here = os.path.abspath(__file__)
+    f = sys._getframe(2)
+    last = None
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(root):
+            break
+        if fn != here:
+            last = f.f_code.co_name
+        f = f.f_back
+    if last is None or last.startswith("_") and last not in _FRIENDLY:
+        return ""
+    return _FRIENDLY.get(last, f"{last}()")
 
 
 def _whole(k) -> bool:

@@ -336,6 +336,20 @@ class Tracer:
             t._version[0] = ver
 
 
+def _check_literals(tree) -> None:
+    tag = tree[0]
+    if tag == "L":
+        if isinstance(tree[1], SymbolicArray):
+            raise tree[1]._error("returning the raw array of a traced tensor (numpy())",
+                                 hint="return the tensor itself; graph outputs are flow Tensors")
+    elif tag in ("tuple", "list"):
+        for t in tree[1]:
+            _check_literals(t)
+    elif tag == "dict":
+        for t in tree[2]:
+            _check_literals(t)
+
+
 def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(), modules=None,
           optimizers=(), after=None, module_names=None) -> GraphIR:
     """Trace ``fn(*args, **kwargs)`` into a :class:`GraphIR`.
@@ -380,6 +394,7 @@ def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(),
             after(tr)
         out_leaves: list = []
         tr.ir.out_tree = flatten(out, out_leaves)
+        _check_literals(tr.ir.out_tree)
         tr.ir.outputs = [tr.value_of(t) for t in out_leaves]
         tr.finish_updates()
     tr.ir.meta["in_tree"] = in_tree
