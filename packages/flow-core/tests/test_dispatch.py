@@ -248,6 +248,8 @@ def test_call_accepts_names_handles_and_opdefs():
     assert flow.ops.call(op, x).tolist() == [-1.0, -1.0]
     with pytest.raises(OpTypeError, match="expected at least one Tensor"):
         flow.ops.call("neg", 1.0)
+    with pytest.raises(TypeError, match="expected an op name, handle or OpDef, got builtin_function"):
+        flow.ops.call(len, x)
 
 
 # -- a second device type: the shape-only meta device ----------------------------------------------

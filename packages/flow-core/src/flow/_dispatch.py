@@ -13,6 +13,7 @@ import numpy as np
 from flow import _dtype as D
 from flow.autograd.grad_mode import STATE
 from flow.errors import FlowError, OpError, OpTypeError
+from flow.registry.ops import OpDef
 
 # Set by flow._tensor's importer (flow/__init__) to break the import cycle.
 Tensor = None  # type: ignore[assignment]
@@ -92,6 +93,8 @@ def call(op, *inputs, **attrs):
     elif cls is str:
         h = _handle_for(op)
         op = h.opdef or h.resolve()
+    elif cls is not OpDef:
+        raise TypeError(f"flow.ops.call: expected an op name, handle or OpDef, got {type(op).__name__}")
     if INTERCEPTORS:
         return _intercepted(op, inputs, attrs)
     return execute(op, inputs, attrs)
@@ -151,24 +154,23 @@ def execute(op, inputs: tuple, attrs: dict):
         a1 = b._data
         arrays = (a0, a1)
         if em:
-            sig = [a0.shape, first.dtype, a1.shape, b.dtype, dev._str]
+            sig = (a0.shape, first.dtype, a1.shape, b.dtype, dev._str)
     elif n == 1 and isinstance(first, Tensor):  # ... or one
         dev = first.device
         needs_grad = first.requires_grad
         a0 = first._data
         arrays = (a0,)
         if em:
-            sig = [a0.shape, first.dtype, dev._str]
+            sig = (a0.shape, first.dtype, dev._str)
     else:
         first, needs_grad, arrays, sig = _gather(op, inputs, em)
         dev = first.device
         if em:
             sig.append(dev._str)
+            sig = tuple(sig)
     if em:
         if attrs:
-            sig.append(tuple(attrs.items()))
-            sig.append(tuple(map(type, attrs.values())))
-        sig = tuple(sig)
+            sig += (tuple(attrs.items()), tuple(map(type, attrs.values())))
         try:
             known = sig in op._mcache
         except TypeError:  # an unhashable attribute or input: no caching
