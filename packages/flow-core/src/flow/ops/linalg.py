@@ -75,6 +75,60 @@ def matmul(input, other):
     return call(MATMUL, input, other)
 
 
+# -- linear: x @ w.T + b as one op (what nn.functional.linear runs) ----------------------------------
+def _linear_meta(x, w, b=None):
+    op = "linear"
+    dev = M.check_same_device(op, x, w, b)
+    M.check_ndim(op, x, 2)
+    M.check_ndim(op, w, 2, "weight")
+    if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
+        raise OpTypeError(op, f"expected input, weight and bias of one dtype, got {x.dtype}, {w.dtype}"
+                              + ("" if b is None else f" and {b.dtype}"))
+    if x.dtype.category == 0:
+        raise OpTypeError(op, "bool tensors are not supported")
+    if x.shape[1] != w.shape[1]:
+        raise OpError(op, f"input of shape {tuple(x.shape)} does not match weight of shape {tuple(w.shape)} "
+                          f"({x.shape[1]} != {w.shape[1]} in_features)")
+    if b is not None and tuple(b.shape) != (w.shape[0],):
+        raise OpError(op, f"'bias' must have shape ({w.shape[0]},), got {tuple(b.shape)}")
+    return M.TensorMeta((x.shape[0], w.shape[0]), x.dtype, dev)
+
+
+def _linear_grad(ctx, g):
+    inputs = ctx.inputs
+    x, w = inputs[0], inputs[1]
+    nxt = ctx.next
+    gx = matmul(g, w) if nxt[0][0] is not None else None
+    gw = matmul(g.t(), x) if nxt[1][0] is not None else None  # (out, in) and C-contiguous, as .grad keeps it
+    if len(inputs) == 2:
+        return gx, gw
+    gb = g.sum(0) if inputs[2] is not None and nxt[2][0] is not None else None
+    return gx, gw, gb
+
+
+LINEAR = defop("linear", ["input", "weight", "bias?"], meta=_linear_meta, grad=_linear_grad, save="inputs")
+
+
+@kernel(LINEAR)
+def _linear_kernel(xp):
+    def run(x, w, b=None):
+        out = xp.matmul(x, w.T)
+        if b is not None:
+            out += b  # in place: the product is a fresh array
+        return out
+
+    return run
+
+
+def linear2d(input, weight, bias=None):
+    """``input @ weight.T + bias`` for a 2-d ``input`` (N, in), ``weight`` (out, in) and ``bias`` (out,) or None.
+
+    One op and one autograd node: the weight's gradient is computed as ``grad.T @ input``, already in the
+    weight's layout. ``nn.functional.linear`` folds leading dims into N and calls this.
+    """
+    return call(LINEAR, input, weight, bias)
+
+
 def mm(input, mat2):
     """2-d matrix product."""
     if input.ndim != 2 or mat2.ndim != 2:
@@ -393,6 +447,15 @@ def _mm_samples():
 
 
 set_samples(MATMUL, _mm_samples)
+
+
+def _linear_samples():
+    yield SampleInput((S.uniform((3, 4), seed=1), S.uniform((5, 4), seed=2), S.uniform((5,), seed=3)))
+    yield SampleInput((S.uniform((2, 3), seed=4), S.uniform((4, 3), seed=5)))
+    yield SampleInput((S.uniform((1, 1), seed=6), S.uniform((2, 1), seed=7), S.uniform((2,), seed=8)))
+
+
+set_samples(LINEAR, _linear_samples)
 
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flow.errors import OpError, OpTypeError
-from flow.ops.linalg import matmul
+from flow.ops.linalg import linear2d, matmul
 
 __all__ = ["linear", "bilinear"]
 
@@ -28,12 +28,21 @@ def linear(input, weight, bias=None):
     if input.dtype != weight.dtype:
         raise OpTypeError("linear", f"'input' and 'weight' must have the same dtype, got {input.dtype} and "
                                     f"{weight.dtype}")
-    out = matmul(input, weight.t() if weight.ndim == 2 else weight)
     if bias is not None:
         _tensor("linear", "bias", bias)
         want = (weight.shape[0],) if weight.ndim == 2 else ()
         if tuple(bias.shape) != want and bias.numel() != (want[0] if want else 1):
             raise OpError("linear", f"'bias' must have shape {want}, got {tuple(bias.shape)}")
+    if weight.ndim == 2 and (bias is None or (tuple(bias.shape) == want and bias.dtype == input.dtype)):
+        # leading dims folded into one: a single (N, in) x (in, out) product instead of a batched one,
+        # and the weight's gradient is one product too (no per-batch products summed afterwards)
+        if input.ndim == 2:
+            return linear2d(input, weight, bias)
+        lead = tuple(input.shape[:-1])
+        out = linear2d(input.reshape(-1, k), weight, bias)
+        return out.reshape(lead + (weight.shape[0],))
+    out = matmul(input, weight.t() if weight.ndim == 2 else weight)
+    if bias is not None:
         out = out + bias
     return out
 
