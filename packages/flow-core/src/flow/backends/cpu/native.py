@@ -15,9 +15,18 @@ Build / rebuild the extension with ``pip install --no-build-isolation -e package
 from __future__ import annotations
 
 import operator
+import os
 from typing import Any
 
 import numpy as np
+
+# The kernels' OpenMP threads alternate with NumPy's BLAS threads (a separate pthread pool) all through a
+# training step. With libgomp's default wait policy an idle OpenMP thread spins for a while after each
+# parallel region and takes a core from the BLAS call that follows (and BLAS's spinning threads from the
+# next kernel): on 2 cores a 0.5 ms SGD update took 6 ms right after a matmul, and the matmul after it
+# twice its time. Passive waiting sleeps instead; libgomp reads the variable once, when it loads (just
+# below), and a value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     from flow import _C
