@@ -42,12 +42,17 @@ def flow_register_device_types(registry) -> None:
 
 @hookspec
 def flow_register_ops(registry) -> None:
-    """Declare ops with ``registry.register_op(schema, meta, grad)``.
+    """Declare ops with ``registry.register_op(schema, meta, grad, samples=...)``.
 
     ``meta(*inputs, **attrs)`` receives objects with ``shape``, ``dtype`` and
     ``device`` and returns the same for each output, raising
-    :class:`flow.errors.OpError` for invalid input. ``grad(ctx, *grad_outputs)``
-    returns one gradient (a flow Tensor or None) per input, written with flow ops."""
+    :class:`flow.errors.OpError` for invalid input; it must depend on nothing
+    else (eager dispatch runs it once per input signature). ``grad(ctx,
+    *grad_outputs)`` returns one gradient (a flow Tensor or None) per input,
+    written with flow ops. ``samples()`` yields :class:`flow.testing.SampleInput`
+    for :func:`flow.testing.opcheck`, which flow-core's tests run over every
+    registered op (an op without samples fails them). ``dynamic_shape=True``
+    marks an op whose output shape depends on the input values."""
 
 
 @hookspec
