@@ -25,12 +25,45 @@ from flow.graph.compiler import Runner, compile_step
 from flow.graph.config import GraphConfig
 
 
-def _discover(fn, args, kwargs):
+class _Found:
+    """What ``fn`` uses (modules, optimizers) and where it was found, to re-check cheaply on each call."""
+
+    def __init__(self) -> None:
+        self.modules: dict = {}
+        self.optimizers: list = []
+        self.watch: list = []  # (mapping or cell, key, object seen there)
+        self.arg_ids: tuple = ()
+
+    def valid(self, args, kwargs) -> bool:
+        for where, key, obj in self.watch:
+            if key is None:
+                try:
+                    if where.cell_contents is not obj:
+                        return False
+                except ValueError:
+                    return False
+            elif where.get(key, _MISSING) is not obj:
+                return False
+        return _arg_ids(args, kwargs) == self.arg_ids
+
+
+_MISSING = object()
+
+
+def _arg_ids(args, kwargs) -> tuple:
+    from flow._tensor import Tensor
+
+    return tuple(id(a) for a in (*args, *kwargs.values()) if not isinstance(a, (Tensor, int, float, str, bool,
+                                                                                 type(None))))
+
+
+def _discover(fn, args, kwargs) -> _Found:
     from flow.nn.modules.module import Module
     from flow.optim.optimizer import Optimizer
 
-    modules: dict = {}
-    optimizers: list = []
+    found = _Found()
+    modules: dict = found.modules
+    optimizers: list = found.optimizers
     seen: set = set()
 
     def visit(name, obj, depth):
@@ -67,6 +100,7 @@ def _discover(fn, args, kwargs):
                 val = cell.cell_contents
             except ValueError:
                 continue
+            found.watch.append((cell, None, val))
             visit(name, val, 0)
             if isinstance(val, types.FunctionType):
                 visit_code(val, depth + 1)
@@ -77,6 +111,7 @@ def _discover(fn, args, kwargs):
             for name in c.co_names:
                 if name in glb:
                     val = glb[name]
+                    found.watch.append((glb, name, val))
                     visit(name, val, 0)
                     if isinstance(val, types.FunctionType) and val is not f:
                         visit_code(val, depth + 1)
@@ -96,7 +131,8 @@ def _discover(fn, args, kwargs):
         visit(f"arg{i}", a, 1)
     for k, a in kwargs.items():
         visit(k, a, 1)
-    return modules, optimizers
+    found.arg_ids = _arg_ids(args, kwargs)
+    return found
 
 
 class CompiledFunction(Runner):
@@ -105,22 +141,22 @@ class CompiledFunction(Runner):
     def __init__(self, fn, config: GraphConfig | None = None, name: str | None = None) -> None:
         self._init_runner(name or getattr(fn, "__name__", "compiled"), config or GraphConfig())
         self.__dict__["fn"] = fn
-        self.__dict__["_found"] = ({}, [])
+        self.__dict__["_found"] = None
         functools.update_wrapper(self, fn, updated=())
 
     def _modules(self) -> dict:
-        return self._found[0]
+        return self._found.modules if self._found is not None else {}
 
     def _optimizers(self) -> list:
-        return self._found[1]
+        return self._found.optimizers if self._found is not None else []
 
     def _compile(self, args, kwargs):
         fn = self.fn
         target = fn.func if isinstance(fn, functools.partial) else fn
         code = getattr(getattr(target, "__func__", target), "__code__", None)
         return compile_step(fn, args, kwargs, name=self._name, config=self.config,
-                            entry_codes=(code,) if code is not None else (), modules=self._found[0],
-                            optimizers=self._found[1], debug=self._debug_level)
+                            entry_codes=(code,) if code is not None else (), modules=self._modules(),
+                            optimizers=self._optimizers(), debug=self._debug_level)
 
     def __call__(self, *args, **kwargs):
         if len(args) == 1 and not kwargs and hasattr(args[0], "__next__") and not hasattr(args[0], "shape"):
@@ -129,7 +165,9 @@ class CompiledFunction(Runner):
             loaded = self._take_prefetched(args, kwargs)
             if loaded is not None:
                 args, kwargs = loaded
-        self.__dict__["_found"] = _discover(self.fn, args, kwargs)
+        found = self._found
+        if found is None or not found.valid(args, kwargs):
+            self.__dict__["_found"] = _discover(self.fn, args, kwargs)
         n = self.config.gradient_accumulation_steps
         if n > 1:
             from flow.graph.accumulate import run_accumulated

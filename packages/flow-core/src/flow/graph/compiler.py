@@ -127,8 +127,17 @@ class Runner:
     def _optimizers(self) -> list:
         return []
 
+    def _all_modules(self) -> list:
+        tops = self._modules()
+        key = tuple(map(id, tops.values()))
+        cached = self.__dict__.get("_mods")
+        if cached is None or cached[0] != key:
+            cached = (key, [m for mm in tops.values() for m in mm.modules()])
+            self.__dict__["_mods"] = cached
+        return cached[1]
+
     def _state_key(self) -> tuple:
-        mods = tuple(m.training for mm in self._modules().values() for m in mm.modules())
+        mods = tuple([m.training for m in self._all_modules()])
         opts = []
         for _, opt in self._optimizers():
             for g in opt.param_groups:
@@ -281,6 +290,7 @@ class Runner:
     def clear_cache(self) -> None:
         """Forget every compiled step (the next call traces again)."""
         self._cache.clear()
+        self.__dict__.pop("_mods", None)
         self.__dict__["_latest"] = None
 
     @property
