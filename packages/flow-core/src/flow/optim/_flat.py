@@ -59,10 +59,13 @@ class FlatBucket:
         for p, o, n, shape in zip(self.params, self.offsets, self.numels, self.shapes):
             seg = self.flat[o:o + n]
             seg[...] = p._data.reshape(-1)
-            # re-pointed at once, so each old array is freed as soon as it is copied: flattening never
-            # holds two copies of all the parameters
+            big = p._data.nbytes >= _TRIM_BYTES
+            # re-pointed at once, so each old array is freed as soon as it is copied (and a big one given
+            # back to the OS): flattening never holds two copies of all the parameters
             p._data = seg.reshape(shape)
             views.append(p._data)
+            if big and xp is np:
+                release_freed_memory()
         self.views = views
         self.states: dict[str, object] = {}  # name -> flat array (compute dtype)
         self.present: dict[str, np.ndarray] = {}  # name -> bool per param: state holds a value
@@ -165,6 +168,34 @@ class FlatBucket:
     def write_back(self, o0: int, o1: int, values) -> None:
         if self.low:
             self.flat[o0:o1] = values
+
+
+_TRIM_BYTES = 1 << 20
+_malloc_trim = None
+
+
+def release_freed_memory() -> None:
+    """Hand the memory that ``free`` kept in the C heap back to the OS (glibc's ``malloc_trim``; a no-op elsewhere).
+
+    glibc raises its mmap threshold after the first large ``free``, so later arrays of up to 32 MiB live
+    in the heap, and freeing them there does not lower the process's memory: without this, the old
+    parameter arrays a bucket replaces would stay resident next to the flat copy.
+    """
+    global _malloc_trim
+    if _malloc_trim is None:
+        _malloc_trim = False
+        try:
+            import ctypes
+            import sys
+
+            if sys.platform.startswith("linux"):
+                fn = ctypes.CDLL(None).malloc_trim
+                fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+                _malloc_trim = fn
+        except (OSError, AttributeError):  # not glibc (musl, macOS ...): nothing to do
+            pass
+    if _malloc_trim:
+        _malloc_trim(0)
 
 
 def segment_norms(x, starts, numels, xp=np):
