@@ -93,7 +93,9 @@ def _export_ops() -> None:
 
 
 _export_ops()
-from flow import nn, testing  # noqa: E402
+from flow import nn, optim, testing, utils  # noqa: E402
+from flow.serialization import load, save  # noqa: E402
+from flow.graph import compile  # noqa: E402  (graph mode; flow.nn.Graph is the class form)
 
 float = float32  # noqa: A001 - PyTorch's aliases
 double = float64
