@@ -347,3 +347,42 @@ def test_compile_with_a_config_and_decorator_arguments():
     f(flow.randn(2))
     assert f.ir.op_counts() == {"mul": 1, "add": 1}
     assert "flow.compile f" in repr(f)
+
+
+def test_compiled_training_step_with_clipping_batchnorm_and_nesterov():
+    def setup():
+        flow.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+        return m, flow.optim.SGD(m.parameters(), lr=0.5, momentum=0.9, nesterov=True, weight_decay=0.01)
+
+    def step(m, opt, x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(m.parameters(), 0.1)
+        opt.step()
+        return loss
+
+    rng = np.random.default_rng(0)
+    batches = [(flow.tensor(rng.standard_normal((6, 4)).astype(np.float32)), flow.tensor(rng.integers(0, 2, 6)))
+               for _ in range(4)]
+    m1, o1 = setup()
+    eager = [step(m1, o1, *b).item() for b in batches]
+    m2, o2 = setup()
+    compiled = flow.compile(lambda x, y: step(m2, o2, x, y))
+    np.testing.assert_allclose([compiled(*b).item() for b in batches], eager, rtol=1e-6)
+    _same_params(m1, m2)
+    assert m2[1].num_batches_tracked.item() == 4
+
+
+def test_a_compiled_function_called_while_tracing_is_inlined():
+    m = _model()
+    inner = flow.compile(lambda x: m(x).relu())
+
+    @flow.compile
+    def outer(x):
+        return inner(x) * 2
+
+    x = flow.randn(3, 5)
+    np.testing.assert_allclose(outer(x).numpy(), (m(x).relu() * 2).detach().numpy(), rtol=1e-6)
+    assert inner.cache_size == 0 and outer.ir.op_counts()["relu"] >= 1

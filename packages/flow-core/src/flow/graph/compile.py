@@ -159,6 +159,10 @@ class CompiledFunction(Runner):
                             optimizers=self._optimizers(), debug=self._debug_level)
 
     def __call__(self, *args, **kwargs):
+        from flow.graph.tracer import active_tracer
+
+        if active_tracer() is not None:  # called while another function is traced: inline it
+            return self.fn(*args, **kwargs)
         if len(args) == 1 and not kwargs and hasattr(args[0], "__next__") and not hasattr(args[0], "shape"):
             args, kwargs = self._from_iterator(args[0])
         elif self._pending is not None:

@@ -36,6 +36,16 @@ def format_ir(ir: GraphIR, max_nodes: int | None = None) -> str:
         L.append(f"  %{v.id}: {v.type_str()} = state {v.name} ({spec.kind if spec else '?'})")
     for v in ir.hosts:
         L.append(f"  %{v.id}: {v.type_str()} = host {v.name}")
+    shown = set()
+    for n in ir.nodes:
+        for v in n.input_values():
+            if v.kind == "const" and v.id not in shown:
+                shown.add(v.id)
+                arr = ir.constants.get(v.id)
+                val = ""
+                if isinstance(arr, np.ndarray) and arr.size <= 4:
+                    val = " " + np.array2string(arr, precision=4, separator=",").replace("\n", "")
+                L.append(f"  %{v.id}: {v.type_str()} = const{val}")
     nodes = ir.nodes if max_nodes is None else ir.nodes[:max_nodes]
     for n in nodes:
         outs = ", ".join(f"%{o.id}: {o.type_str()}" for o in n.outputs)
