@@ -86,10 +86,10 @@ class AccumulatedStep:
 
     def run(self, micro: list[list]):
         step = self.step
-        from flow.graph import optim_ops
+        from flow.graph import optim_trace
 
         for opt in step.optimizers:
-            optim_ops.sync(opt)
+            optim_trace.sync(opt)
         states = [g() for g in step._getters]
         hosts = [f() for f in step._feeders]
         sums = None

@@ -19,7 +19,7 @@ import numpy as np
 from flow._tensor import Tensor
 from flow.autograd.grad_mode import STATE
 from flow.errors import FlowError
-from flow.graph import optim_ops
+from flow.graph import optim_trace
 from flow.graph.tracer import flatten, tree_key, unflatten
 
 
@@ -44,7 +44,7 @@ class CompiledStep:
 
     def run(self, arrays: list):
         for opt in self.optimizers:
-            optim_ops.sync(opt)
+            optim_trace.sync(opt)
         states = [g() for g in self._getters]
         hosts = [f() for f in self._feeders]
         outs, news = self.executor.run(arrays, states, hosts)

@@ -10,7 +10,7 @@ scalars stay literal inputs of the nodes.
 
 While tracing it also installs: global module hooks (the module scope of each node), the
 optimizer's step hook (``Optimizer.step`` records the fused update ops, see
-:mod:`flow.graph.optim_ops`), and a graph-mode dropout mask (the ``bernoulli_mask`` RNG op).
+:mod:`flow.graph.optim_trace`), and a graph-mode dropout mask (the ``bernoulli_mask`` RNG op).
 Everything it touched (``_data``, ``.grad``, ``requires_grad``, ``grad_fn``, version counters of
 state tensors) is restored afterwards, even when tracing fails.
 """
@@ -289,7 +289,7 @@ class Tracer:
     def active(self):
         import importlib
 
-        from flow.graph import optim_ops
+        from flow.graph import optim_trace
         from flow.nn.modules import hooks as mhooks
 
         dmod = importlib.import_module("flow.nn.functional.dropout")
@@ -298,9 +298,9 @@ class Tracer:
         pre = mhooks.register_module_forward_pre_hook(self._pre_hook)
         post = mhooks.register_module_forward_hook(self._post_hook)
         keep_mask = dmod._keep_mask
-        dmod._keep_mask = optim_ops.traced_keep_mask
+        dmod._keep_mask = optim_trace.traced_keep_mask
         old_hook = getattr(optmod, "_graph_step_hook", None)
-        optmod._graph_step_hook = partial(optim_ops.trace_optimizer_step, self)
+        optmod._graph_step_hook = partial(optim_trace.trace_optimizer_step, self)
         _ACTIVE.append(self)
         try:
             with flow.interceptors.intercept(self):
@@ -358,7 +358,7 @@ def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(),
     ``[(name, optimizer)]`` whose parameters and states are; ``after(tracer)`` runs once ``fn``
     returned, still tracing (nn.Graph steps its optimizers there).
     """
-    from flow.graph import optim_ops
+    from flow.graph import optim_trace
 
     if module_names is None:
         module_names = {}
@@ -368,7 +368,7 @@ def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(),
     tr = Tracer(name, entry_codes or (getattr(fn, "__code__", None),), module_names)
     tr.ir.meta["optimizer_names"] = {id(opt): oname for oname, opt in optimizers}
     for _, opt in optimizers:
-        optim_ops.prepare(opt)
+        optim_trace.prepare(opt)
     leaves: list = []
     in_tree = flatten((args, kwargs), leaves)
     with tr.active():
