@@ -352,3 +352,21 @@ def test_compile_time_of_a_small_step_is_reported():
 def test_f_relu_inside_compile_of_a_lambda():
     f = flow.compile(lambda x: F.relu(x) * 2)
     np.testing.assert_array_equal(f(flow.tensor([-1.0, 2.0])).numpy(), [0.0, 4.0])
+
+
+def test_optimizer_update_ops_in_place_match_the_functional_form():
+    shapes = [(3, 4), (5,), (2, 2)]
+
+    def arrays(seed):
+        r = np.random.default_rng(seed)
+        return [flow.tensor(r.standard_normal(s).astype(np.float32)) for s in shapes]
+
+    lr, step = flow.tensor(0.1, dtype=flow.float64), flow.tensor(3)
+    want = flow.ops.call("adam_update", arrays(1), arrays(2), arrays(3), [t.abs() for t in arrays(4)], [], lr, step,
+                         weight_decay=0.1)
+    ps, ms, vs = arrays(1), arrays(3), [t.abs() for t in arrays(4)]
+    got = flow.ops.call("adam_update", ps, arrays(2), ms, vs, [], lr, step, weight_decay=0.1, inplace=True)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    for p, g in zip(ps + ms + vs, got):  # separate arrays (no flat buffer): written back in place
+        np.testing.assert_array_equal(p.numpy(), g.numpy())

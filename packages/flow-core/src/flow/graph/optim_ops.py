@@ -90,16 +90,15 @@ _SCRATCH: dict = {}
 
 
 def _gather(xp, grads, dtype, inplace: bool):
-    """The gradients concatenated into one scratch buffer of the compute dtype."""
+    """The gradients concatenated into a scratch buffer of the compute dtype (reused across calls)."""
     n = sum(int(g.size) for g in grads)
-    key = (n, np.dtype(dtype).str, id(xp))
+    key = (np.dtype(dtype).str, id(xp))
     buf = _SCRATCH.get(key) if inplace else None
-    if buf is None:
+    if buf is None or buf.size < n:
         buf = xp.empty(n, dtype=dtype)
         if inplace:
-            if len(_SCRATCH) > 64:
-                _SCRATCH.clear()
             _SCRATCH[key] = buf
+    buf = buf[:n]
     if len(grads) == 1:
         buf[...] = grads[0].reshape(-1)
     else:
@@ -109,6 +108,22 @@ def _gather(xp, grads, dtype, inplace: bool):
 
 def _compute_dtype(a):
     return np.dtype(np.float32) if a.dtype in (np.dtype(np.float16), D.bfloat16.np) else a.dtype
+
+
+def _chunks(params) -> list[tuple[int, int]]:
+    """Ranges of parameters updated by one call: at most ``GRAD_CHUNK`` elements each (a bigger parameter
+    alone), as eager ``step()`` splits its runs, so the gradient scratch stays small."""
+    from flow.optim._flat import GRAD_CHUNK
+
+    out, start, total = [], 0, 0
+    for i, p in enumerate(params):
+        n = int(p.size)
+        if i > start and total + n > GRAD_CHUNK:
+            out.append((start, i))
+            start, total = i, 0
+        total += n
+    out.append((start, len(params)))
+    return out
 
 
 def _prepare(xp, params, states, inplace):
@@ -128,6 +143,12 @@ def _sgd_kernel(xp):
     def sgd_update(params, grads, bufs, lr, first_step, *, momentum=0.0, dampening=0.0, nesterov=False,
                    weight_decay=0.0, maximize=False, inplace=False):
         params, bufs = _prepare(xp, params, bufs, inplace)
+        args = (float(lr), float(momentum), float(dampening), bool(nesterov), float(weight_decay))
+        for i0, i1 in _chunks(params):
+            run(params[i0:i1], grads[i0:i1], bufs[i0:i1], bool(first_step), maximize, inplace, args)
+        return tuple(params) + tuple(bufs)
+
+    def run(params, grads, bufs, first_step, maximize, inplace, args):
         p, p_back = _flat(xp, params, inplace)
         cd = _compute_dtype(p)
         g = _gather(xp, grads, cd, inplace)
@@ -135,8 +156,7 @@ def _sgd_kernel(xp):
             xp.negative(g, out=g)
         buf, b_back = _flat(xp, bufs, inplace) if bufs else (None, None)
         pc = p.astype(cd) if p.dtype != cd else p
-        first = buf is not None and bool(first_step)
-        args = (float(lr), float(momentum), float(dampening), bool(nesterov), float(weight_decay), first)
+        args = args + (buf is not None and first_step,)
         if use_native(pc):
             from flow.backends.cpu import native
 
@@ -148,7 +168,6 @@ def _sgd_kernel(xp):
         for back in (p_back, b_back):
             if back is not None:
                 back()
-        return tuple(params) + tuple(bufs)
 
     return sgd_update
 
@@ -161,17 +180,23 @@ def _adam_kernel(xp):
                     eps=1e-8, weight_decay=0.0, decoupled=False, amsgrad=False, maximize=False, inplace=False):
         n = len(params)
         params, states = _prepare(xp, params, list(exp_avgs) + list(exp_avg_sqs) + list(max_exp_avg_sqs), inplace)
+        args = (int(step), float(lr), float(beta1), float(beta2), float(eps), float(weight_decay), bool(decoupled),
+                bool(amsgrad))
+        for i0, i1 in _chunks(params):
+            run(params[i0:i1], grads[i0:i1], states[i0:i1], states[n + i0:n + i1],
+                states[2 * n + i0:2 * n + i1] if amsgrad else [], maximize, inplace, args)
+        return tuple(params) + tuple(states)
+
+    def run(params, grads, ms, vs, vmaxs, maximize, inplace, args):
         p, p_back = _flat(xp, params, inplace)
         cd = _compute_dtype(p)
         g = _gather(xp, grads, cd, inplace)
         if maximize:
             xp.negative(g, out=g)
-        m, m_back = _flat(xp, states[:n], inplace)
-        v, v_back = _flat(xp, states[n:2 * n], inplace)
-        vmax, x_back = _flat(xp, states[2 * n:], inplace) if amsgrad else (None, None)
+        m, m_back = _flat(xp, ms, inplace)
+        v, v_back = _flat(xp, vs, inplace)
+        vmax, x_back = _flat(xp, vmaxs, inplace) if vmaxs else (None, None)
         pc = p.astype(cd) if p.dtype != cd else p
-        args = (int(step), float(lr), float(beta1), float(beta2), float(eps), float(weight_decay), bool(decoupled),
-                bool(amsgrad))
         if use_native(pc):
             from flow.backends.cpu import native
 
@@ -183,7 +208,6 @@ def _adam_kernel(xp):
         for back in (p_back, m_back, v_back, x_back):
             if back is not None:
                 back()
-        return tuple(params) + tuple(states)
 
     return adam_update
 
@@ -211,29 +235,34 @@ def _generic_kernel(xp):
         cls, inst = _optimizer_class(optimizer)
         n = len(params)
         params, states = _prepare(xp, params, states, inplace)
+        group = dict(hyper)
+        group["lr"] = float(lr)
+        pres = np.asarray(present).reshape(-1)
+        was = {name: bool(pres[k]) for k, name in enumerate(names)}
+        for i0, i1 in _chunks(params):
+            run(cls, inst, group, params[i0:i1], grads[i0:i1],
+                [states[k * n + i0:k * n + i1] for k in range(len(names))], names, int(step), was, inplace)
+        return tuple(params) + tuple(states)
+
+    def run(cls, inst, group, params, grads, states, names, step, was, inplace):
         p, p_back = _flat(xp, params, inplace)
         cd = _compute_dtype(p)
         g = _gather(xp, grads, cd, inplace)
-        group = dict(hyper)
-        group["lr"] = float(lr)
         if group.get("maximize", False):
             xp.negative(g, out=g)
         st, backs = {}, [p_back]
-        for k, name in enumerate(names):
-            st[name], back = _flat(xp, states[k * n:(k + 1) * n], inplace)
+        for name, arrays in zip(names, states):
+            st[name], back = _flat(xp, arrays, inplace)
             backs.append(back)
         numels = np.array([int(a.size) for a in params], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(numels)[:-1]]).astype(np.int64)
-        pres = np.asarray(present).reshape(-1)
-        was = {name: bool(pres[k]) for k, name in enumerate(names)}
         pc = p.astype(cd) if p.dtype != cd else p
-        cls._update(inst, group, pc, g, st, int(step), (starts, numels, was))
+        cls._update(inst, group, pc, g, st, step, (starts, numels, was))
         if pc is not p:
             p[...] = pc
         for back in backs:
             if back is not None:
                 back()
-        return tuple(params) + tuple(states)
 
     return optimizer_update
 
