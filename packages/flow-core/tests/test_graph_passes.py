@@ -283,3 +283,25 @@ def test_optimizer_updates_are_one_fused_op_per_group():
     (n0, n1) = [n for n in step.ir.nodes if n.name == "adam_update"]
     assert len(n0.inputs[0]) == 2 and len(n1.inputs[0]) == 2  # each group's weight and bias together
     assert n0.inplace and n0.has_side_effects
+
+
+def test_passes_can_emit_registered_ops_with_shapes_from_meta_rules():
+    def insert_casts(ir, config):
+        """what an AMP-like pass does: compute the matmul in float64 and cast back"""
+        for n in [n for n in ir.nodes if n.name == "matmul"]:
+            a, b = n.inputs
+            ca = ir.emit("cast", [a], {"dtype": "float64"}, before=n, tags={"phase": "amp"})
+            cb = ir.emit("cast", [b], {"dtype": "float64"}, before=n)
+            mm = ir.emit("matmul", [ca.outputs[0], cb.outputs[0]], before=n, loc=n.loc, scope=n.scope)
+            back = ir.emit("cast", [mm.outputs[0]], {"dtype": "float32"}, after=mm)
+            assert mm.outputs[0].dtype is flow.float64 and back.outputs[0].shape == n.outputs[0].shape
+            ir.replace_uses({n.outputs[0].id: back.outputs[0]})
+        return dce(ir, config)
+
+    x, w = flow.randn(3, 4), flow.randn(4, 2)
+    ir = _ir(lambda x, w: (x @ w).relu(), x, w)
+    ir = insert_casts(ir, GraphConfig())
+    ir.verify()
+    assert ir.op_counts() == {"cast": 3, "matmul": 1, "relu": 1}
+    (got,) = _execute(ir, x, w)
+    np.testing.assert_allclose(got, (x.double() @ w.double()).float().relu().numpy(), rtol=1e-6)

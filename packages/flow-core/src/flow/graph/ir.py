@@ -259,6 +259,36 @@ class GraphIR:
         self.nodes.append(n)
         return n
 
+    def emit(self, op, inputs: list, attrs: dict | None = None, *, before: "Node | None" = None,
+             after: "Node | None" = None, loc=None, scope: str = "", tags: dict | None = None) -> Node:
+        """Create a node of the registered op ``op`` (name or OpDef) with outputs from its meta rule, and
+        insert it before/after a node (default: at the end). ``inputs`` are Values, lists of Values or
+        Lits (plain Python values are wrapped in Lit). What passes use to add ops (casts, recomputation)."""
+        if isinstance(op, str):
+            from flow.registry import get_op
+
+            op = get_op(op)
+        attrs = dict(attrs or {})
+        ins = [a if a.__class__ in (Value, Lit, list) else Lit(a) for a in inputs]
+        meta_args = [a.value if a.__class__ is Lit else a for a in ins]
+        out = op.meta(*meta_args, **attrs)
+        multi = isinstance(out, (tuple, list))
+        tags = dict(tags or {})
+        if multi:
+            tags["multi_output"] = True
+        n = self.make_node(op, ins, attrs, tuple(out) if multi else (out,), loc, scope, tags)
+        self.insert_node(n, before=before, after=after)
+        return n
+
+    def insert_node(self, node: Node, *, before: "Node | None" = None, after: "Node | None" = None) -> None:
+        """Place ``node`` right before ``before`` or right after ``after`` (default: at the end)."""
+        if before is not None:
+            self.nodes.insert(self.nodes.index(before), node)
+        elif after is not None:
+            self.nodes.insert(self.nodes.index(after) + 1, node)
+        else:
+            self.nodes.append(node)
+
     # -- queries ------------------------------------------------------------------------
     def users(self) -> dict[int, list[Node]]:
         """value id -> nodes that read it (a node appears once per value even if it reads it twice)."""

@@ -25,6 +25,8 @@ flow's default generator when the node runs, in the same order as eager dropout 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 import flow
@@ -45,11 +47,17 @@ _RUNS: dict = {}
 
 
 def _contiguous_run(arrays):
-    """A 1-d view covering ``arrays`` when they are consecutive C-contiguous pieces of one buffer."""
+    """A 1-d view covering ``arrays`` when they are consecutive C-contiguous pieces of one buffer.
+
+    The answer is cached by the arrays' identities; the cache holds only weak references, so it
+    never keeps an optimizer's replaced flat buffers alive."""
     key = tuple(map(id, arrays))
     hit = _RUNS.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
-        return hit[1]
+    if hit is not None:
+        refs, base_ref, off, n = hit
+        base = base_ref()
+        if base is not None and all(r() is a for r, a in zip(refs, arrays)):
+            return base.reshape(-1)[off:off + n]
     a0 = arrays[0]
     base = a0.base if a0.base is not None else a0
     if not base.flags.c_contiguous:
@@ -62,11 +70,15 @@ def _contiguous_run(arrays):
             return None
         expect += a.size * a.itemsize
     off = (start - _addr(base)) // a0.itemsize
-    view = base.reshape(-1)[off:off + (expect - start) // a0.itemsize]
+    n = (expect - start) // a0.itemsize
+    try:
+        entry = ([weakref.ref(a) for a in arrays], weakref.ref(base), off, n)
+    except TypeError:  # an array type without weak references: no caching
+        return base.reshape(-1)[off:off + n]
     if len(_RUNS) > 512:
         _RUNS.clear()
-    _RUNS[key] = (list(arrays), view)
-    return view
+    _RUNS[key] = entry
+    return base.reshape(-1)[off:off + n]
 
 
 def _flat(xp, arrays, inplace: bool):
