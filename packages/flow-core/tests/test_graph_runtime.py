@@ -370,3 +370,11 @@ def test_optimizer_update_ops_in_place_match_the_functional_form():
         np.testing.assert_array_equal(g.numpy(), w.numpy())
     for p, g in zip(ps + ms + vs, got):  # separate arrays (no flat buffer): written back in place
         np.testing.assert_array_equal(p.numpy(), g.numpy())
+
+
+def test_plans_resolve_kernels_per_device_type(meta_device):
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(meta_device)
+    f = flow.compile(lambda x: m(x).softmax(-1))
+    y = f(flow.randn(3, 4).to(meta_device))
+    assert tuple(y.shape) == (3, 2) and y.device == meta_device
+    assert all(s.device_type == "meta" for s in f.plan.steps)
