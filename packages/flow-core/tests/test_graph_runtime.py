@@ -378,3 +378,36 @@ def test_plans_resolve_kernels_per_device_type(meta_device):
     y = f(flow.randn(3, 4).to(meta_device))
     assert tuple(y.shape) == (3, 2) and y.device == meta_device
     assert all(s.device_type == "meta" for s in f.plan.steps)
+
+
+def test_training_from_a_dataloader_iterator():
+    from flow.utils.data import DataLoader, TensorDataset
+
+    flow.manual_seed(0)
+    xs, ys = flow.randn(24, 6), flow.randint(0, 3, (24,))
+    loader = DataLoader(TensorDataset(xs, ys), batch_size=8)
+    m = _mlp()
+    opt = flow.optim.SGD(m.parameters(), lr=0.1)
+
+    class T(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = F.cross_entropy(self.m(x), y)
+            loss.backward()
+            return loss
+
+    g = T()
+    losses = [loss.item() for loss in g.iterate(loader)]
+    assert len(losses) == 3 and g.compiles == 1
+    m2 = _mlp()
+    o2 = flow.optim.SGD(m2.parameters(), lr=0.1)
+    for x, y in loader:
+        o2.zero_grad()
+        loss = F.cross_entropy(m2(x), y)
+        loss.backward()
+        o2.step()
+        np.testing.assert_allclose(loss.item(), losses.pop(0), rtol=1e-6)
