@@ -365,14 +365,14 @@ def _promote_pair(op, a, b, promote_to_float):
             if promote_to_float and dt.category != 2:
                 dt = D._default_dtype
             return (a if ad is dt else _cast(a, dt)), (b if bd is dt else _cast(b, dt))
-        if b.__class__ in _SCALARS or isinstance(b, (int, float, np.number)):
+        if b.__class__ in _SCALARS or isinstance(b, (int, float, np.generic)):
             dt = _scalar_result_dtype(a.dtype, type(b))
             if promote_to_float and dt.category != 2:
                 dt = D._default_dtype
             return (a if a.dtype is dt else _cast(a, dt)), _scalar(b, dt)
         raise OpTypeError(op.name, f"expected a Tensor or a number as 'other', got {type(b).__name__}")
     if isinstance(b, Tensor):
-        if a.__class__ in _SCALARS or isinstance(a, (int, float, np.number)):
+        if a.__class__ in _SCALARS or isinstance(a, (int, float, np.generic)):
             dt = _scalar_result_dtype(b.dtype, type(a))
             if promote_to_float and dt.category != 2:
                 dt = D._default_dtype

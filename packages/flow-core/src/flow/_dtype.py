@@ -170,7 +170,7 @@ def scalar_result_dtype(t: dtype, scalar_type: type) -> dtype:
     key = (t, scalar_type)
     r = _scalar_cache.get(key)
     if r is None:
-        if scalar_type is _builtins.bool:
+        if scalar_type is _builtins.bool or issubclass(scalar_type, np.bool_):
             cat = _BOOL
         elif issubclass(scalar_type, (int, np.integer)):
             cat = _INT

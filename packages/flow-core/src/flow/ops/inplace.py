@@ -40,19 +40,30 @@ def apply_inplace(self, result, op: str):
         )
     if node is not None and isinstance(node.saved_in, tuple):
         saved = list(node.saved_in)
-        changed = False
+        snap = None
         for i, x in enumerate(saved):
             if x is self:
-                snap = Tensor._make(self._data.copy(), self.dtype, self.device)
-                snap.requires_grad = self.requires_grad
-                snap.grad_fn = self.grad_fn
-                if self.grad_fn is not None:
-                    snap._out_idx = self._out_idx
+                if snap is None:
+                    # The snapshot holds the old values with a version counter of its own, so later
+                    # in-place ops on ``self`` do not invalidate this node.
+                    snap = Tensor._make(self._data.copy(), self.dtype, self.device)
+                    snap.requires_grad = self.requires_grad
+                    snap.grad_fn = self.grad_fn
+                    if self.grad_fn is not None:
+                        snap._out_idx = self._out_idx
                 saved[i] = snap
-                changed = True
-        if changed:
+        if snap is not None:
+            n_in = sum(len(x) if isinstance(x, (list, tuple)) else 1 for x in node.saved_in
+                       if isinstance(x, (Tensor, list, tuple)))
+            flat = []
+            for x in saved:
+                if isinstance(x, Tensor):
+                    flat.append(x)
+                elif isinstance(x, (list, tuple)):
+                    flat.extend(t for t in x if isinstance(t, Tensor))
+            # Only this call has run since the node was recorded, so current versions are the saved ones.
+            node.versions = [(t._version, t._version[0]) for t in flat] + list(node.versions[n_in:])
             node.saved_in = tuple(saved)
-            node.versions = [(v, n) if v is not self._version else (v, n + 1) for v, n in node.versions]
     try:
         self._data[...] = result._data
     except (ValueError, TypeError) as e:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from flow import _dtype as D
 from flow.errors import OpError, OpIndexError, OpTypeError
 
@@ -38,6 +40,9 @@ def shape_of(x) -> tuple:
 
 
 def is_tensor_like(x) -> bool:
+    # NumPy scalars have shape, dtype and (NumPy 2) device too, but are constants here.
+    if isinstance(x, np.generic):
+        return False
     return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "device")
 
 

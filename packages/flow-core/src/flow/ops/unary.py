@@ -363,8 +363,10 @@ def gelu(input, approximate: str = "none"):
 
 
 def silu(input):
-    """x * sigmoid(x)."""
-    return input * sigmoid(input)
+    """x * sigmoid(x), as one fused op (see :mod:`flow.ops.nn_act`)."""
+    from flow.ops.nn_act import silu as _fused_silu
+
+    return _fused_silu(input)
 
 
 def _softplus_meta(x, beta=1.0, threshold=20.0):
