@@ -305,3 +305,20 @@ def test_passes_can_emit_registered_ops_with_shapes_from_meta_rules():
     assert ir.op_counts() == {"cast": 3, "matmul": 1, "relu": 1}
     (got,) = _execute(ir, x, w)
     np.testing.assert_allclose(got, (x.double() @ w.double()).float().relu().numpy(), rtol=1e-6)
+
+
+def test_simplify_keeps_copies_of_values_updated_in_place():
+    m = nn.Linear(2, 2)
+    opt = flow.optim.SGD(m.parameters(), lr=1.0)
+
+    @flow.compile
+    def step(x):
+        before = m.weight * 1.0  # must keep the value from before the update
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+        return before
+
+    w0 = m.weight.detach().numpy().copy()
+    np.testing.assert_array_equal(step(flow.ones(1, 2)).numpy(), w0)
+    assert not np.array_equal(m.weight.detach().numpy(), w0)

@@ -82,6 +82,12 @@ def _resolver(mapping):
 
 def simplify(ir, config=None):
     """Apply the identities above until none applies."""
+    # values an in-place node overwrites: a result that is one of them may not replace a copy of it
+    mutated = set()
+    for n in ir.nodes:
+        if n.inplace:
+            flat = list(n.input_values())
+            mutated.update(flat[i].id for i in n.inplace.values())
     for _ in range(8):
         mapping: dict[int, Value] = {}
         changed = False
@@ -92,7 +98,7 @@ def simplify(ir, config=None):
                 continue
             n.map_inputs(res)
             same = _identity_of(ir, n)
-            if same is not None:
+            if same is not None and same.id not in mutated:
                 mapping[n.outputs[0].id] = same
                 changed = True
                 continue
