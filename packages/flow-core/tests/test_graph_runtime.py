@@ -411,3 +411,10 @@ def test_training_from_a_dataloader_iterator():
         loss.backward()
         o2.step()
         np.testing.assert_allclose(loss.item(), losses.pop(0), rtol=1e-6)
+
+
+def test_many_recompilations_warn_with_the_reason():
+    f = flow.compile(lambda x: x * 2)
+    with pytest.warns(UserWarning, match="compiled 8 times.*input shapes"):
+        for n in range(1, 10):
+            f(flow.ones(n))

@@ -22,6 +22,8 @@ from flow.errors import FlowError
 from flow.graph import optim_trace
 from flow.graph.tracer import flatten, tree_key, unflatten
 
+RECOMPILE_WARNING = 8  # warn when a graph has compiled this many specialisations
+
 
 class CompiledStep:
     """One traced, optimised and lowered step, specialised for one input signature."""
@@ -156,6 +158,9 @@ class Runner:
             step = self._compile(args, kwargs)
             self._cache[key] = step
             self.__dict__["compiles"] = self.compiles + 1
+            if self.compiles == RECOMPILE_WARNING:
+                self._warn_recompiles(key)
+            self.__dict__["_last_key"] = key
         self.__dict__["_latest"] = step
         return step
 
@@ -168,6 +173,18 @@ class Runner:
                 raise FlowError(f"graph '{self._name}' was called with a tensor from inside a trace")
         outs = step.run([t._data for t in leaves])
         return unflatten(step.ir.out_tree, outs)
+
+    def _warn_recompiles(self, key) -> None:
+        import warnings
+
+        prev = self.__dict__.get("_last_key")
+        parts = ("the input shapes/dtypes", "the non-tensor arguments or the input structure",
+                 "module train/eval modes, grad mode, optimizer groups or hyper-parameters other than the LR, "
+                 "or the config")
+        what = [parts[i] if i < 2 else parts[2] for i in range(3) if prev is not None and prev[i] != key[i]]
+        warnings.warn(f"graph '{self._name}' has been compiled {self.compiles} times; the last recompilation was "
+                      f"caused by a change of {' and '.join(what) or 'the signature'}. Each new signature traces "
+                      "and compiles again (see docs/graph.md, 'Specialisation and the cache')", stacklevel=4)
 
     # -- prefetching ---------------------------------------------------------------------
     def _load(self, batch):
