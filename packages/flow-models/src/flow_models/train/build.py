@@ -13,8 +13,8 @@ from flow_models import registry as zoo
 from flow_models.data.base import DatasetSplits
 from flow_models.train.config import TrainConfig, TrainError
 
-__all__ = ["check_features", "load_data", "build_model", "build_optimizer", "build_scheduler", "WarmupCosine",
-           "model_config_dict", "MODEL_ARG_SYNONYMS"]
+__all__ = ["limit_threads", "check_features", "load_data", "build_model", "build_optimizer", "build_scheduler",
+           "WarmupCosine", "model_config_dict", "MODEL_ARG_SYNONYMS"]
 
 # A dataset's model_args under the names zoo configs may use for the same thing.
 MODEL_ARG_SYNONYMS = {
@@ -28,6 +28,23 @@ MODEL_ARG_SYNONYMS = {
     "n_features": ("n_features", "in_features", "input_dim", "feature_dim", "n_mels", "n_freq"),
     "sample_rate": ("sample_rate",),
 }
+
+
+def limit_threads(threads: int):
+    """Cap NumPy's BLAS and flow's OpenMP thread pools at ``threads`` (0: leave them alone).
+
+    One thread is flow-train's default: the small matrices of CPU training gain little from
+    more, and on a machine whose cores are busy (or with BLAS and OpenMP both spinning up a
+    thread per core) oversubscription makes steps several times slower.
+    """
+    if not threads:
+        return None
+    if threads < 0:
+        raise TrainError(f"threads must be >= 0, got {threads}")
+    from threadpoolctl import threadpool_limits
+
+    flow.zeros(1).exp()  # load flow's native kernels (and their OpenMP runtime) so that the limit reaches them
+    return threadpool_limits(limits=threads)
 
 
 def check_features(cfg: TrainConfig) -> None:

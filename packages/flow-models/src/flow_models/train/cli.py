@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--amp", choices=("bf16", "fp16"), help="mixed precision (needs the flow-amp plugin)")
     e.add_argument("--device", help="cpu (default), cuda, cuda:1... (cuda needs the flow-cuda plugin)")
     e.add_argument("--num-workers", type=int, help="DataLoader worker processes")
+    e.add_argument("--threads", type=int, help="BLAS/OpenMP threads (default 1; 0 leaves the libraries' default)")
     o = p.add_argument_group("output")
     o.add_argument("--output", metavar="DIR", help="run folder (default runs/{model}-{dataset})")
     o.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint written by flow-train")

@@ -46,6 +46,7 @@ class TrainConfig:
     resume: str | None = None
     seed: int = 0
     num_workers: int = 0
+    threads: int = 1  # BLAS / OpenMP threads; 0 keeps the libraries' own default (see limit_threads)
     log_every: int = 10
     progress: bool = True
     sample: bool = False

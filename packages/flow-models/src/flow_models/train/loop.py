@@ -116,6 +116,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, log=print) -> None:
         self.cfg, self.log = cfg, log
         build.check_features(cfg)
+        self._thread_limit = build.limit_threads(cfg.threads)
         self.device = flow.device(cfg.device)
         self.resumed = load_checkpoint(cfg.resume) if cfg.resume else None
         if self.resumed and self.resumed["model_name"] != cfg.model:
@@ -177,7 +178,11 @@ class Trainer:
 
     # -- steps ----------------------------------------------------------------------------------------
     def _make_graph_step(self):
+        """The training step compiled with flow.nn.Graph (the scheduler stays on the host: the graph reads the lr)."""
         task, model, optimizer = self.task, self.model, self.optimizer
+        if self.cfg.grad_clip:
+            self.log(f"flow-train: note: --grad-clip {self.cfg.grad_clip:g} is not applied in graph mode "
+                     "(gradients stay inside the compiled step)")
 
         class TrainStep(flow.nn.Graph):
             def __init__(self) -> None:
