@@ -193,7 +193,8 @@ class CompiledFunction(Runner):
 
         s = f"<flow.compile {self._name}: {self.cache_size} specialisation(s)>"
         if self._latest is not None:
-            s += "\n" + format_log(self._name, self._latest.log, self._latest, verbose=self._debug_level >= 2) + "\n" + format_ir(self._latest.ir)
+            log = format_log(self._name, self._latest.log, self._latest, verbose=self._debug_level >= 2)
+            s += "\n" + log + "\n" + format_ir(self._latest.ir)
         return s
 
 

@@ -193,6 +193,7 @@ class Graph(Runner):
         else:
             from flow.graph.debug import format_ir, format_log
 
-            L.append("  " + format_log(self._name, self._latest.log, self._latest, verbose=self._debug_level >= 2).replace("\n", "\n  "))
+            log = format_log(self._name, self._latest.log, self._latest, verbose=self._debug_level >= 2)
+            L.append("  " + log.replace("\n", "\n  "))
             L.append("  " + format_ir(self._latest.ir).replace("\n", "\n  "))
         return "\n".join(L)
