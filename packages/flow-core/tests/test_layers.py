@@ -179,17 +179,6 @@ def test_conv1d_parity(kw):
     check_parity(nn.Conv1d(3, 6, 3, **kw), torch.nn.Conv1d(3, 6, 3, **kw), randn(2, 3, 11))
 
 
-def test_conv3d_parity():
-    torch = _torch()
-    if not hasattr(nn.functional, "conv3d"):
-        pytest.skip("nn.functional.conv3d is not implemented yet")
-    check_parity(nn.Conv3d(2, 4, 3, padding=1, stride=(1, 2, 1)), torch.nn.Conv3d(2, 4, 3, padding=1,
-                                                                                   stride=(1, 2, 1)),
-                 randn(1, 2, 5, 6, 4))
-    check_parity(nn.ConvTranspose3d(2, 3, 2, stride=2), torch.nn.ConvTranspose3d(2, 3, 2, stride=2),
-                 randn(1, 2, 3, 3, 2))
-
-
 def test_conv_errors():
     with pytest.raises(ValueError, match="divisible by groups"):
         nn.Conv2d(3, 4, 3, groups=2)

@@ -10,7 +10,7 @@ from flow.nn import init
 from flow.nn.modules.module import Module
 from flow.nn.parameter import Parameter
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
+__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d"]
 
 
 def _ntuple(x, n: int, name: str) -> tuple:
@@ -147,17 +147,6 @@ class Conv2d(_ConvNd):
                          padding_mode, device=device, dtype=dtype)
 
 
-class Conv3d(_ConvNd):
-    """3-d convolution over (N, C_in, D, H, W) inputs."""
-
-    _nd = 3
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device=device, dtype=dtype)
-
-
 class _ConvTransposeNd(_ConvNd):
     _transposed = True
 
@@ -206,7 +195,3 @@ class ConvTranspose2d(_ConvTransposeNd):
     """
 
     _nd = 2
-
-
-class ConvTranspose3d(_ConvTransposeNd):
-    _nd = 3
