@@ -61,19 +61,26 @@ def check_features(cfg: TrainConfig) -> None:
         raise TrainError("--graph needs graph mode (flow.nn.Graph), which this flow-core does not have yet; "
                          "train with --eager")
     if cfg.amp is not None:
-        autocast_impl()
+        if importlib.util.find_spec("flow_amp") is None:
+            raise TrainError("--amp needs the flow-amp plugin (pip install flow-amp), which is not installed")
+        if not cfg.graph:
+            autocast_context(cfg)
 
 
-def autocast_impl():
-    """The autocast context factory of the flow-amp plugin, or a TrainError naming what is missing."""
-    if importlib.util.find_spec("flow_amp") is None:
-        raise TrainError("--amp needs the flow-amp plugin (pip install flow-amp), which is not installed")
+AMP_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def autocast_context(cfg: TrainConfig):
+    """A factory of autocast contexts for eager steps (PyTorch's ``autocast(device_type, dtype=...)``)
+    from the flow-amp plugin, or a TrainError naming what is missing."""
     mod = importlib.import_module("flow_amp")
     fn = getattr(mod, "autocast", None) or getattr(flow, "autocast", None)
     if fn is None:
         raise TrainError("--amp needs autocast from the flow-amp plugin, and the installed flow-amp does not "
                          "provide it yet")
-    return fn
+    dtype = getattr(flow, AMP_DTYPES[cfg.amp])
+    device_type = cfg.device.split(":")[0]
+    return lambda: fn(device_type, dtype=dtype)
 
 
 def _dataset_kwargs(cfg: TrainConfig, factory) -> dict:

@@ -149,7 +149,7 @@ class Trainer:
             self._restore(self.resumed)
         self.metrics = MetricsLog(os.path.join(self.out_dir, "metrics.jsonl"),
                                   self.global_step if self.resumed else None)
-        self._autocast = build.autocast_impl() if cfg.amp else None
+        self._autocast = build.autocast_context(cfg) if cfg.amp and not cfg.graph else None
         self._graph_step = self._make_graph_step() if cfg.graph else None
 
     # -- state ----------------------------------------------------------------------------------------
@@ -184,11 +184,15 @@ class Trainer:
             self.log(f"flow-train: note: --grad-clip {self.cfg.grad_clip:g} is not applied in graph mode "
                      "(gradients stay inside the compiled step)")
 
+        amp_dtype = getattr(flow, build.AMP_DTYPES[self.cfg.amp]) if self.cfg.amp else None
+
         class TrainStep(flow.nn.Graph):
             def __init__(self) -> None:
                 super().__init__()
                 self.model = model
                 self.add_optimizer(optimizer)
+                if amp_dtype is not None:  # the AMP graph pass of flow-amp
+                    self.config.enable_amp(True, dtype=amp_dtype)
 
             def build(self, *batch):
                 loss, _ = task.loss(self.model, list(batch))
@@ -202,7 +206,7 @@ class Trainer:
         if self._graph_step is not None:
             loss = self._graph_step(*batch)
         else:
-            with self._autocast(self.cfg.amp) if self._autocast else nullcontext():
+            with self._autocast() if self._autocast else nullcontext():
                 loss, n = self.task.loss(self.model, batch)
             self.optimizer.zero_grad()
             loss.backward()
@@ -264,7 +268,10 @@ class Trainer:
 
         cfg = self.cfg
         self.sampler.set_epoch(self.epoch, self.step_in_epoch * cfg.batch_size)
-        bar = tqdm(total=self.steps_per_epoch, initial=self.step_in_epoch, desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
+        total = self.steps_per_epoch
+        if cfg.max_steps:  # a run that stops early shows a bar that ends where it stops
+            total = min(total, self.step_in_epoch + max(0, cfg.max_steps - self.global_step))
+        bar = tqdm(total=total, initial=self.step_in_epoch, desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
                    disable=not cfg.progress, leave=False, dynamic_ncols=True, file=sys.stderr, unit="step")
         t0, seen, ema, logged = time.perf_counter(), 0, None, []
         try:
