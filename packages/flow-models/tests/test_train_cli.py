@@ -92,10 +92,20 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("make_args, fragments", ERRORS, ids=[" ".join(e[1])[:40] for e in ERRORS])
-def test_user_errors_are_one_line_and_non_zero(tmp_path, make_args, fragments):
-    assert_one_line_error(run_cli(*make_args(tmp_path), "--output", str(tmp_path / "run"), "--no-progress"),
-                          *fragments)
+# a few through a real process (nothing escapes as a traceback at the interpreter's level), the rest in-process
+IN_SUBPROCESS = {0, 1, 8, 15}
+
+
+@pytest.mark.parametrize("case", range(len(ERRORS)), ids=[" ".join(e[1])[:40] for e in ERRORS])
+def test_user_errors_are_one_line_and_non_zero(tmp_path, capsys, case):
+    make_args, fragments = ERRORS[case]
+    args = [*make_args(tmp_path), "--output", str(tmp_path / "run"), "--no-progress"]
+    if case in IN_SUBPROCESS:
+        assert_one_line_error(run_cli(*args), *fragments)
+        return
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert_one_line_error(subprocess.CompletedProcess(args, code, out, err), *fragments)
 
 
 def test_graph_mode_when_missing(tmp_path):

@@ -141,3 +141,14 @@ def test_generate_refuses_a_classifier_checkpoint(tmp_path, capsys):
     assert generate_main([str(tmp_path / "run" / "checkpoint.safetensors")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "language models" in err[0]
+
+
+def test_graph_mode_trains_like_eager(tmp_path):
+    if not hasattr(flow.nn, "Graph"):
+        pytest.skip("this flow-core has no graph mode (flow.nn.Graph)")
+    eager = train(tmp_path, "lenet", "--max-steps", "30", "--eager", name="eager")
+    graph = train(tmp_path, "lenet", "--max-steps", "30", "--graph", name="graph")
+    assert graph["steps"] == eager["steps"] == 30
+    assert graph["test"]["loss"] == pytest.approx(eager["test"]["loss"], rel=1e-4, abs=1e-5)
+    a, b = (weights(tmp_path / name / "checkpoint.safetensors") for name in ("eager", "graph"))
+    assert all(np.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
