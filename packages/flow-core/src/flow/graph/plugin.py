@@ -9,19 +9,25 @@ from flow.plugins import hookimpl
 @hookimpl
 def flow_register_ops(registry) -> None:
     from flow.graph import optim_ops
+    from flow.graph.passes import fused_program
 
     optim_ops.register_ops(registry)
+    fused_program.register_op(registry)
 
 
 @hookimpl
 def flow_register_kernels(registry) -> None:
     from flow.graph import optim_ops
+    from flow.graph.passes import fused_program
 
     optim_ops.register_kernels(registry)
+    fused_program.register_kernels(registry)
 
 
 @hookimpl
 def flow_register_passes(registry) -> None:
+    from flow.graph.passes import fusion
     from flow.graph.passes.pipeline import register_builtin_passes
 
     register_builtin_passes(registry)
+    fusion.register(registry)
