@@ -89,7 +89,8 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "lenet": {"dataset": "digits", "epochs": 15, "batch_size": 32, "lr": 1e-2, "optimizer": "adam",
               "scheduler": "cosine"},
     "lenet-mnist": {"dataset": "mnist", "epochs": 5, "batch_size": 64, "lr": 1e-3, "optimizer": "adam"},
-    "gpt2-char": {"dataset": "cpython-docs", "epochs": 1, "batch_size": 32, "lr": 3e-3, "optimizer": "adamw",
+    # about 5 minutes on two cores to a test loss near 1.75 nats/char (unigram entropy: 3.25)
+    "gpt2-char": {"dataset": "cpython-docs", "epochs": 3, "batch_size": 16, "lr": 3e-3, "optimizer": "adamw",
                   "weight_decay": 0.01, "scheduler": "cosine", "warmup_steps": 20, "grad_clip": 1.0,
                   "eval_batches": 8},
     "dlrm": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
