@@ -276,6 +276,13 @@ class Runner:
     def pass_log(self) -> list:
         return self._need().log
 
+    def memory_report(self) -> dict:
+        """Peak bytes of the last step's intermediate values with and without memory planning
+        (``peak_bytes``, ``peak_bytes_unplanned``, arena size, ...; see flow.graph.passes.memory)."""
+        from flow.graph.passes.memory import memory_report
+
+        return memory_report(self._need().plan)
+
     @property
     def compile_time(self) -> float:
         """Seconds the last compilation (trace, passes, lowering) took."""

@@ -91,6 +91,11 @@ def format_log(name: str, log: list, step=None, verbose: bool = False) -> str:
     if step is not None:
         L.append(f"  trace {step.trace_seconds * 1e3:.1f} ms, compile total {step.compile_seconds * 1e3:.1f} ms, "
                  f"{len(step.plan.steps)} kernel calls")
+        for name, note in step.ir.meta.get("pass_notes", {}).items():  # what passes want to say (fusion, memory)
+            L.append(f"  {name}: {note}")
+        from flow.graph.passes.memory import format_report, memory_report
+
+        L.append("  " + format_report(memory_report(step.plan)))
     return "\n".join(L)
 
 

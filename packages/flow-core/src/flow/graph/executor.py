@@ -111,6 +111,9 @@ class Executor:
         self.autotune_runs = int(getattr(config, "autotune_runs", 2))
         self.choices: dict[int, dict] = {}  # node id -> {"chosen": name, "times": {name: seconds}}
         self._env: dict = {"np": np, "_asarray": np.asarray}
+        self.memory = getattr(plan, "memory", None)  # memory planning: arena views as globals, out= per step
+        if self.memory is not None:
+            self.memory.bind(self._env)
         src = self._codegen()
         self.source = src
         code = compile(src, f"<flow.graph {plan.name}>", "exec")
@@ -155,6 +158,9 @@ class Executor:
                     args.append(self._const(a, "c"))
             for k, v in st.attrs.items():
                 args.append(f"{k}={self._const(v, 'a')}")
+            out = self.memory.out_arg(st.index) if self.memory is not None else None
+            if out is not None:
+                args.append(f"out={out}")
             call = f"k{st.index}({', '.join(args)})"
             if st.scalar_out:
                 call = f"_asarray({call})"

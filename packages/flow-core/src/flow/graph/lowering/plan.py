@@ -215,5 +215,8 @@ def lower(ir: GraphIR, config=None) -> Plan:
             steps[i].frees.append(s)
     for st in steps:
         st.frees.sort()
-    return Plan(ir.name, ir, steps, len(slot_of), input_slots, state_slots, host_slots, const_slots, output_slots,
+    plan = Plan(ir.name, ir, steps, len(slot_of), input_slots, state_slots, host_slots, const_slots, output_slots,
                 update_slots, deps, names)
+    for hook in ir.meta.get("lowering_hooks", ()):  # passes that work on the plan (memory planning's arena)
+        hook(plan, config)
+    return plan
