@@ -26,9 +26,10 @@ def flow_register_kernels(registry) -> None:
 
 @hookimpl
 def flow_register_passes(registry) -> None:
-    from flow.graph.passes import fusion, memory
+    from flow.graph.passes import checkpointing, fusion, memory
     from flow.graph.passes.pipeline import register_builtin_passes
 
     register_builtin_passes(registry)
+    checkpointing.register(registry)
     fusion.register(registry)
     memory.register(registry)
