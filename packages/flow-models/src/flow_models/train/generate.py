@@ -103,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads (0 leaves the libraries' default)")
     try:
         args = p.parse_args(argv)
+        from flow_models.train.build import limit_threads
+
+        limit_threads(args.threads)
         print(generate_from_checkpoint(args.checkpoint, args.prompt, args.length, temperature=args.temperature,
                                        top_k=args.top_k, seed=args.seed))
     except SystemExit as e:
