@@ -256,7 +256,7 @@ class Trainer:
                 self.log(f"interrupted at epoch {self.epoch + 1}, step {self.global_step}; checkpoint saved to "
                          f"{path}; continue with --resume {path}")
                 raise SystemExit(INTERRUPTED_EXIT)
-            if stopped == "max_steps":
+            if stopped == "max_steps" or not self.last_eval:  # stopped early, or resumed a finished run
                 self._record_eval(self.evaluate())
                 self.save()
         self._plot()
