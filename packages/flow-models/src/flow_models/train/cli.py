@@ -20,14 +20,14 @@ import sys
 
 from flow.errors import FlowError
 
-__all__ = ["main", "build_parser", "EXIT_USAGE", "EXIT_FAILURE"]
+__all__ = ["main", "build_parser", "OneLineErrorParser", "EXIT_USAGE", "EXIT_FAILURE"]
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 PROG = "flow-train"
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineErrorParser(argparse.ArgumentParser):
     """argparse whose errors are one line (``prog: error: ...``) instead of usage plus message."""
 
     def error(self, message: str):
@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Train a flow model-zoo model on a dataset.",
+    p = OneLineErrorParser(prog=PROG, description="Train a flow model-zoo model on a dataset.",
                 epilog="Settings: defaults < model defaults < resumed checkpoint < --config FILE < flags.")
     p.add_argument("model", nargs="?", help="model name (see --list)")
     p.add_argument("--list", action="store_true", help="list the models and datasets, one line each, and exit")

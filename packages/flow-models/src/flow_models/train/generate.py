@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 import flow
 from flow_models.data.text import tokenizer_from_info
 from flow_models.train.build import MODEL_ARG_SYNONYMS, model_config_dict
+from flow_models.train.cli import OneLineErrorParser
 
 __all__ = ["sample_text", "sample_from_trainer", "main"]
 
@@ -89,14 +89,8 @@ def generate_from_checkpoint(path: str, prompt: str = "\n", length: int = 300, *
                        block_size=(data.get("model_args") or {}).get("block_size"), seed=seed)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog=PROG, description="Sample text from a language-model checkpoint written by flow-train.")
+    p = OneLineErrorParser(prog=PROG, description="Sample text from a language-model checkpoint written by flow-train.")
     p.add_argument("checkpoint", help="checkpoint.safetensors of a flow-train run")
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--length", type=int, default=300, help="tokens to sample")
