@@ -203,10 +203,16 @@ class Tracer:
             parent = self._scope[-1]
             name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
         self._scope.append(name)
+        # module calls as [name, first id, end id): the nodes made during the call (activation checkpointing)
+        self.ir.meta.setdefault("module_calls", []).append([name, self.ir._next, None])
 
     def _post_hook(self, module, args, out):
         if len(self._scope) > 1:
-            self._scope.pop()
+            name = self._scope.pop()
+            for call in reversed(self.ir.meta.get("module_calls", ())):
+                if call[0] == name and call[2] is None:
+                    call[2] = self.ir._next
+                    break
 
     # -- the interceptor -----------------------------------------------------------------
     def __call__(self, op, inputs: tuple, attrs: dict):

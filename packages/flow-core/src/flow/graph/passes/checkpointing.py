@@ -4,9 +4,10 @@ Enabled for the graph blocks with ``graph.<block>.activation_checkpointing = Tru
 ``config.blocks``; the pass is on when any block has it). Runs after ``cse``/``dce`` (which would
 merge the recomputation back into the forward) and before ``fusion`` and ``memory_planning``.
 
-For each checkpointed block, the *segment* is the set of its forward nodes (``tags["phase"] ==
-"forward"`` and ``scope`` equal to the block name or inside it). A block that runs no op itself
-(a ``ModuleList`` such as ``model.blocks``) is split into one segment per child
+For each checkpointed block, a *segment* is the set of forward nodes (``tags["phase"] ==
+"forward"``, ``scope`` equal to the block name or inside it) made during one call of the block
+(the tracer records module calls in ``ir.meta["module_calls"]``). A block that is never called
+itself (a ``ModuleList`` such as ``model.blocks``) gives one segment per call of each child
 (``model.blocks.0``, ``model.blocks.1``, ...), each recomputed on its own. For a segment:
 
 1. the values it defines that backward nodes read are the *saved activations*, except its outputs
@@ -31,20 +32,27 @@ def _in_scope(scope: str, name: str) -> bool:
 
 
 def _segments(ir, names: list) -> list:
+    """(block, forward nodes) per call of each block; a block never called itself (a ``ModuleList``)
+    gives one segment per call of each of its children. Calls come from the tracer
+    (``ir.meta["module_calls"]``: name and the range of node ids made during the call)."""
     fwd = [n for n in ir.nodes if n.tags.get("phase", "forward") == "forward"]
+    calls = [c for c in ir.meta.get("module_calls", ()) if c[2] is not None]
     segs = []
     for name in names:
         nodes = [n for n in fwd if _in_scope(n.scope, name)]
         if not nodes:
             continue
-        if any(n.scope == name for n in nodes):
+        if not ir.meta.get("module_calls"):
             segs.append((name, nodes))
             continue
-        children: dict = {}
-        for n in nodes:  # a container block: one segment per child module
-            child = n.scope[len(name) + 1:].split(".")[0]
-            children.setdefault(f"{name}.{child}", []).append(n)
-        segs.extend(children.items())
+        spans = [(a, b) for c, a, b in calls if c == name]
+        if not spans:
+            depth = name.count(".") + 1
+            spans = [(a, b) for c, a, b in calls if _in_scope(c, name) and c.count(".") == depth]
+        for a, b in spans:
+            seg = [n for n in nodes if a <= n.id < b]
+            if seg:
+                segs.append((name, seg))
     return segs
 
 
