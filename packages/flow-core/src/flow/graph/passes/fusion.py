@@ -12,6 +12,11 @@ Runs on the whole step (forward, backward and update traced together), after ``d
 * may end in ``sum``/``mean`` over trailing dims of the iteration shape (``fusion.reductions``);
 * is *convex*: no path leaves the group and comes back (data edges, in-place anti-dependencies
   and the order of random draws all count), so the group can run as one step;
+* holds nodes of one phase (forward values fused with backward ones would be computed early and
+  kept alive), and no "side outputs" that only non-fusible nodes read right after (a BatchNorm
+  backward's products each reduced by a ``sum``): fused, they would all be alive at once. A group
+  keeps at most ``fusion.max_outputs`` (1) outputs that are read in its own phase (values saved
+  for the backward pass do not count); members are dropped from its end until it does;
 * has at least ``fusion.min_nodes`` (2) ops and ``fusion.min_elements`` (4096) elements per
   output (smaller groups cost more in call overhead than they save), at most ``fusion.max_nodes``.
 
@@ -35,11 +40,6 @@ _NUM = (bool, int, float, np.bool_, np.integer, np.floating)
 _ELEMENTWISE_EXTRA = frozenset({"where", "cast"})
 
 
-def _same_phase(a, b) -> bool:
-    """Forward values fused with backward ones would be computed early and kept alive across the step."""
-    return a.tags.get("phase", "forward") == b.tags.get("phase", "forward")
-
-
 def _note(ir, text: str) -> None:
     ir.meta.setdefault("pass_notes", {})["fusion"] = text
 
@@ -59,6 +59,7 @@ class _Fuser:
         self.max_nodes = int(opts.get("fusion.max_nodes", 64))
         self.min_elements = int(opts.get("fusion.min_elements", 4096))
         self.reductions = bool(opts.get("fusion.reductions", True))
+        self.max_outputs = int(opts.get("fusion.max_outputs", 1))
         self.pos = {n.id: i for i, n in enumerate(ir.nodes)}
         self.by_id = {n.id: n for n in ir.nodes}
         from flow.graph.lowering.plan import dependencies
@@ -70,6 +71,16 @@ class _Fuser:
             for d in self.deps[n.id]:
                 m |= self.anc[d] | (1 << self.pos[d])
             self.anc[n.id] = m
+        # phase by data flow: the tracer tags the autograd engine's gradient sums "forward"
+        self.phase: dict[int, str] = {}
+        for n in ir.nodes:
+            ph = n.tags.get("phase", "forward")
+            if ph == "forward" and any(v.producer is not None and self.phase.get(v.producer.id) == "backward"
+                                       for v in n.input_values()):
+                ph = "backward"
+            self.phase[n.id] = ph
+        self.users = ir.users()
+        self.roots = {v.id for v in ir.live_roots()}
         self.group_of: dict[int, int] = {}  # node id -> group id
         self.groups: dict[int, dict] = {}  # group id -> {"nodes": [ids], "shape", "reduce", "mask"}
 
@@ -153,12 +164,12 @@ class _Fuser:
                 shape = n.outputs[0].shape
                 gids = []
                 for v in n.input_values():
-                    p = self._source(v).producer
+                    p = v.producer
                     g = self.group_of.get(p.id) if p is not None else None
                     if g is not None and g not in gids and self.groups[g]["shape"] == shape and \
-                            self.by_id[p.id].name not in self.ops.REDUCTIONS and _same_phase(self.by_id[p.id], n):
+                            self.by_id[p.id].name not in self.ops.REDUCTIONS and self.phase[p.id] == self.phase[n.id]:
                         gids.append(g)
-                if gids and self._join(n, gids, shape):
+                if gids and not self._short_lived_side_output(n) and self._join(n, gids, shape):
                     continue
                 self.groups[next_id] = {"nodes": [n.id], "shape": shape, "reduce": 0}
                 self.group_of[n.id] = next_id
@@ -173,13 +184,52 @@ class _Fuser:
                     self._join(n, [g], n.inputs[0].shape, r)
         out = []
         for g in self.groups.values():
-            nodes = [self.by_id[i] for i in sorted(g["nodes"], key=self.pos.__getitem__)]
+            nodes = self._trim([self.by_id[i] for i in sorted(g["nodes"], key=self.pos.__getitem__)])
+            if not any(n.name in self.ops.REDUCTIONS for n in nodes):
+                g["reduce"] = 0
             if len(nodes) < self.min_nodes:
                 continue
             if int(np.prod(g["shape"])) < self.min_elements:
                 continue
             out.append((nodes, g["shape"], g["reduce"]))
         return out
+
+    def _trim(self, nodes: list) -> list:
+        """Drop members from the end (the rest stays convex) while the group has more than
+        ``fusion.max_outputs`` short-lived outputs (read outside it in the same phase; saved
+        activations read by the backward pass do not count): they would all be alive at once."""
+        while len(nodes) > 1:
+            ids = {n.id for n in nodes}
+            short = 0
+            for n in nodes:
+                o = n.outputs[0]
+                us = self.users.get(o.id, ())
+                if o.id not in self.roots and any(u.id not in ids for u in us) and \
+                        all(self.phase[u.id] == self.phase[n.id] for u in us):
+                    short += 1
+            if short <= self.max_outputs:
+                break
+            nodes = nodes[:-1]
+        return nodes
+
+    def _short_lived_side_output(self, n) -> bool:
+        """Only nodes outside any group read ``n``'s output, right after it (say a ``sum`` over dim 0): in
+        a group, that output would be made with the group's others and live at the same time as them
+        (a BatchNorm backward computes several such products), instead of one after the other."""
+        out = n.outputs[0]
+        if out.id in self.roots:
+            return False
+        users = self.users.get(out.id, ())
+        if not users:
+            return False
+        for u in users:
+            if self.phase[u.id] != self.phase[n.id]:
+                return False  # a saved activation: it lives long anyway
+            if self.elementwise(u) and u.outputs[0].shape == out.shape:
+                return False
+            if self.reduction_dims(u) and u.inputs[0].shape == out.shape:
+                return False
+        return True
 
     def _source(self, v: Value) -> Value:
         """The value a member reads: through an ``expand`` (a broadcast view) to its input."""
@@ -249,7 +299,7 @@ def fusion(ir, config=None):
     n_before = len(ir.nodes)
     for (nodes, _, _), (prog, inputs, out_values) in zip(groups, built):
         last = nodes[-1]
-        tags = {"phase": last.tags.get("phase", "forward"), "fused": [n.name for n in nodes]}
+        tags = {"phase": f.phase[last.id], "fused": [n.name for n in nodes]}
         if len(out_values) > 1:
             tags["multi_output"] = True
         node = ir.make_node(op, [list(inputs)], {"program": prog}, [v.meta for v in out_values], last.loc,
