@@ -28,7 +28,7 @@ template <typename T>
 inline T gelu_fwd(T x, GeluApprox approx) {
   using C = GeluConst<T>;
   if (approx == GeluApprox::None) {
-    return static_cast<T>(0.5) * x * (static_cast<T>(1) + std::erf(x * C::kSqrt1_2));
+    return static_cast<T>(0.5) * x * (static_cast<T>(1) + erf_fast(x * C::kSqrt1_2));
   }
   const T inner = C::kBeta * (x + C::kKappa * x * x * x);
   return static_cast<T>(0.5) * x * (static_cast<T>(1) + tanh_fast(inner));
@@ -38,7 +38,7 @@ template <typename T>
 inline T gelu_bwd(T g, T x, GeluApprox approx) {
   using C = GeluConst<T>;
   if (approx == GeluApprox::None) {
-    const T cdf = static_cast<T>(0.5) * (static_cast<T>(1) + std::erf(x * C::kSqrt1_2));
+    const T cdf = static_cast<T>(0.5) * (static_cast<T>(1) + erf_fast(x * C::kSqrt1_2));
     const T pdf = exp_fast(static_cast<T>(-0.5) * x * x) * C::kInvSqrt2Pi;
     return g * (cdf + x * pdf);
   }
@@ -63,7 +63,8 @@ inline T sigmoid(T x) {
 template <typename T>
 struct Block {
   static void gelu_fwd_exact(const T* FLOW_RESTRICT x, T* FLOW_RESTRICT y, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_fwd(x[i], GeluApprox::None);  // erf: scalar
+    FLOW_SIMD
+    for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_fwd(x[i], GeluApprox::None);  // float: erf_fast
   }
   static void gelu_fwd_tanh(const T* FLOW_RESTRICT x, T* FLOW_RESTRICT y, std::int64_t n) {
     FLOW_SIMD
@@ -71,6 +72,7 @@ struct Block {
   }
   static void gelu_bwd_exact(const T* FLOW_RESTRICT g, const T* FLOW_RESTRICT x, T* FLOW_RESTRICT dx,
                              std::int64_t n) {
+    FLOW_SIMD
     for (std::int64_t i = 0; i < n; ++i) dx[i] = gelu_bwd(g[i], x[i], GeluApprox::None);
   }
   static void gelu_bwd_tanh(const T* FLOW_RESTRICT g, const T* FLOW_RESTRICT x, T* FLOW_RESTRICT dx,
@@ -100,6 +102,9 @@ FLOW_TARGET_CLONES void gelu_fwd_tanh_f32(const float* x, float* y, std::int64_t
 FLOW_TARGET_CLONES void gelu_bwd_tanh_f32(const float* g, const float* x, float* dx, std::int64_t n) {
   Block<float>::gelu_bwd_tanh(g, x, dx, n);
 }
+FLOW_TARGET_CLONES void gelu_fwd_exact_f32(const float* x, float* y, std::int64_t n) {
+  Block<float>::gelu_fwd_exact(x, y, n);
+}
 FLOW_TARGET_CLONES void gelu_bwd_exact_f32(const float* g, const float* x, float* dx, std::int64_t n) {
   Block<float>::gelu_bwd_exact(g, x, dx, n);
 }
@@ -115,6 +120,7 @@ struct Kernels : Block<T> {};
 
 template <>
 struct Kernels<float> : Block<float> {
+  static void gelu_fwd_exact(const float* x, float* y, std::int64_t n) { gelu_fwd_exact_f32(x, y, n); }
   static void gelu_fwd_tanh(const float* x, float* y, std::int64_t n) { gelu_fwd_tanh_f32(x, y, n); }
   static void gelu_bwd_tanh(const float* g, const float* x, float* dx, std::int64_t n) {
     gelu_bwd_tanh_f32(g, x, dx, n);
