@@ -15,7 +15,8 @@ a list of instructions and the outputs). This module lowers such programs to C:
   0/1 and vectorises);
 * reductions (``sum``/``mean``) over the trailing dims of the loop: rows in parallel, one
   accumulator per row (a full reduction uses an OpenMP ``reduction`` clause);
-* ``#pragma omp parallel for if (work >= 2**17)`` (work: elements times ops); compiled with ``-O3 -march=native -fopenmp
+* ``#pragma omp parallel for`` when the work (elements times ops) is at least 2**17 (shapes are
+  static, so smaller loops have no OpenMP region at all); compiled with ``-O3 -march=native -fopenmp
   -ffp-contract=off -fno-math-errno`` (no ``-ffast-math``: inf/NaN and rounding as NumPy; no FMA
   contraction, so ``a*b+c`` rounds twice as the unfused ops do). ``exp``/``tanh``/``sigmoid`` in
   float32 use the branch-free polynomial ``exp`` of the native kernels (~2 ulp) so loops vectorise.
@@ -239,7 +240,9 @@ def function_source(program, name: str) -> str:
         L.append(f"  {ct}* out{k} = ({ct}*)FLOW_DATA(o{k});")
     body = _body(program, kinds, in_st, n_outer, dims)
     work = total * min(8, max(1, len(program.instrs) // 2))
-    par = f"#pragma omp parallel for schedule(static) if ({work}LL >= {PARALLEL_GRAIN}LL)"
+    # shapes are static: a loop too small for threads gets no OpenMP region at all (even an
+    # ``if (0)`` region costs about a microsecond per call)
+    par = "#pragma omp parallel for schedule(static)" if work >= PARALLEL_GRAIN else "/* one thread */"
     if rows == 1 and not red:
         L.append("  const int64_t r = 0; (void)r;")
         L.append(f"  {par}")
@@ -250,7 +253,7 @@ def function_source(program, name: str) -> str:
         accs = [f"acc{k}" for k, j in enumerate(outs) if j in red_outs]
         L.append("  const int64_t r = 0; (void)r;")
         L += [f"  double {a} = 0.0;" for a in accs]
-        L.append(f"  {par} reduction(+: {', '.join(accs)})")
+        L.append(f"  {par} reduction(+: {', '.join(accs)})" if work >= PARALLEL_GRAIN else f"  {par}")
         L.append(f"  for (int64_t j = 0; j < {inner_n}LL; ++j) {{")
         L += ["    " + b for b in body]
         L.append("  }")
@@ -393,6 +396,7 @@ class NativeKernel:
         self.out_dtypes = [np.dtype(program.instrs[j][3]) for j in program.outputs]
         self.single = len(program.outputs) == 1
         self.by_ptr = DATA_OFFSET is None
+        self.in_specs = list(zip(self.in_shapes, self.in_dtypes))
 
     def _prepare(self, inputs) -> list:
         ins = []
@@ -406,26 +410,40 @@ class NativeKernel:
         return ins
 
     def __call__(self, inputs, out=None):
-        ins = inputs
-        for a, shape, dt in zip(inputs, self.in_shapes, self.in_dtypes):
-            if a.__class__ is not np.ndarray or a.dtype is not dt or a.shape != shape or not a.flags.c_contiguous:
-                ins = self._prepare(inputs)
+        for a, spec in zip(inputs, self.in_specs):
+            if a.__class__ is not _ND or a.dtype is not spec[1] or a.shape != spec[0] or not a.flags.c_contiguous:
+                inputs = self._prepare(inputs)
                 break
-        if out is None:
-            outs = [np.empty(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
-        else:
-            if self.single and out.__class__ is np.ndarray:
-                out = (out,)
-            outs = []
-            for o, s, d in zip(out, self.out_shapes, self.out_dtypes):
-                if o is None:
-                    o = np.empty(s, d)
-                elif o.__class__ is not np.ndarray or o.dtype != d or o.shape != s or not o.flags.c_contiguous \
-                        or not o.flags.writeable:
-                    raise ValueError(f"fused kernel: out= needs a writable C-contiguous {d}{list(s)} array")
-                outs.append(o)
-        args = ins + outs
+        fn = self.fn
         if self.by_ptr:
-            args = [a.ctypes.data for a in args]
-        self.fn(*args)
-        return outs[0] if self.single else tuple(outs)
+            fn = self._call_by_pointer
+        if self.single:
+            if out is None:
+                o = _empty(self.out_shapes[0], self.out_dtypes[0])
+            else:
+                o = out if out.__class__ is _ND else out[0]
+                self._check_out(o, 0)
+            fn(*inputs, o)
+            return o
+        outs = []
+        for k, (s, d) in enumerate(zip(self.out_shapes, self.out_dtypes)):
+            o = None if out is None else out[k]
+            if o is None:
+                o = _empty(s, d)
+            else:
+                self._check_out(o, k)
+            outs.append(o)
+        fn(*inputs, *outs)
+        return tuple(outs)
+
+    def _check_out(self, o, k) -> None:
+        s, d = self.out_shapes[k], self.out_dtypes[k]
+        if o.__class__ is not _ND or o.dtype != d or o.shape != s or not o.flags.c_contiguous or not o.flags.writeable:
+            raise ValueError(f"fused kernel: out= needs a writable C-contiguous {d}{list(s)} array")
+
+    def _call_by_pointer(self, *arrays) -> None:
+        self.fn(*[a.ctypes.data for a in arrays])
+
+
+_ND = np.ndarray
+_empty = np.empty
