@@ -16,7 +16,7 @@ Runs on the whole step (forward, backward and update traced together), after ``d
   kept alive), and no "side outputs" that only non-fusible nodes read right after (a BatchNorm
   backward's products each reduced by a ``sum``): fused, they would all be alive at once. A group
   keeps at most ``fusion.max_outputs`` (1) outputs that are read in its own phase (values saved
-  for the backward pass do not count); members are dropped from its end until it does;
+  for the backward pass do not count); the longest run of its members that does is kept;
 * has at least ``fusion.min_nodes`` (2) ops and ``fusion.min_elements`` (4096) elements per
   output (smaller groups cost more in call overhead than they save), at most ``fusion.max_nodes``.
 
@@ -169,7 +169,7 @@ class _Fuser:
                     if g is not None and g not in gids and self.groups[g]["shape"] == shape and \
                             self.by_id[p.id].name not in self.ops.REDUCTIONS and self.phase[p.id] == self.phase[n.id]:
                         gids.append(g)
-                if gids and not self._short_lived_side_output(n) and self._join(n, gids, shape):
+                if gids and self._join(n, gids, shape):
                     continue
                 self.groups[next_id] = {"nodes": [n.id], "shape": shape, "reduce": 0}
                 self.group_of[n.id] = next_id
@@ -194,42 +194,29 @@ class _Fuser:
             out.append((nodes, g["shape"], g["reduce"]))
         return out
 
-    def _trim(self, nodes: list) -> list:
-        """Drop members from the end (the rest stays convex) while the group has more than
-        ``fusion.max_outputs`` short-lived outputs (read outside it in the same phase; saved
-        activations read by the backward pass do not count): they would all be alive at once."""
-        while len(nodes) > 1:
-            ids = {n.id for n in nodes}
-            short = 0
-            for n in nodes:
-                o = n.outputs[0]
-                us = self.users.get(o.id, ())
-                if o.id not in self.roots and any(u.id not in ids for u in us) and \
-                        all(self.phase[u.id] == self.phase[n.id] for u in us):
-                    short += 1
-            if short <= self.max_outputs:
-                break
-            nodes = nodes[:-1]
-        return nodes
+    def _short_outputs(self, nodes: list) -> int:
+        ids = {n.id for n in nodes}
+        short = 0
+        for n in nodes:
+            o = n.outputs[0]
+            us = self.users.get(o.id, ())
+            if o.id not in self.roots and any(u.id not in ids for u in us) and \
+                    all(self.phase[u.id] == self.phase[n.id] for u in us):
+                short += 1
+        return short
 
-    def _short_lived_side_output(self, n) -> bool:
-        """Only nodes outside any group read ``n``'s output, right after it (say a ``sum`` over dim 0): in
-        a group, that output would be made with the group's others and live at the same time as them
-        (a BatchNorm backward computes several such products), instead of one after the other."""
-        out = n.outputs[0]
-        if out.id in self.roots:
-            return False
-        users = self.users.get(out.id, ())
-        if not users:
-            return False
-        for u in users:
-            if self.phase[u.id] != self.phase[n.id]:
-                return False  # a saved activation: it lives long anyway
-            if self.elementwise(u) and u.outputs[0].shape == out.shape:
-                return False
-            if self.reduction_dims(u) and u.inputs[0].shape == out.shape:
-                return False
-        return True
+    def _trim(self, nodes: list) -> list:
+        """The longest run of consecutive members (dropping members from either end keeps a group
+        convex) with at most ``fusion.max_outputs`` short-lived outputs (read outside it in the same
+        phase; values saved for the backward pass do not count): they would all be alive at once."""
+        k = len(nodes)
+        if self._short_outputs(nodes) <= self.max_outputs:
+            return nodes
+        for length in range(k - 1, 1, -1):
+            for i in range(k - length + 1):
+                if self._short_outputs(nodes[i:i + length]) <= self.max_outputs:
+                    return nodes[i:i + length]
+        return nodes[:1]
 
     def _source(self, v: Value) -> Value:
         """The value a member reads: through an ``expand`` (a broadcast view) to its input."""
