@@ -29,7 +29,7 @@ class Net(nn.Module):
         return self.head(x)
 
 
-def _train(ckpt, p=0.0, steps=3, which="blocks", planning=True):
+def _train(ckpt, p=0.0, steps=3, which="blocks", planning=True, fusion=True):
     flow.manual_seed(0)
     m = Net(p=p)
     opt = flow.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
@@ -47,6 +47,7 @@ def _train(ckpt, p=0.0, steps=3, which="blocks", planning=True):
 
     g = G()
     g.config.enable_memory_planning(planning)
+    g.config.enable_fusion(fusion)
     if ckpt and which == "blocks":
         g.m.blocks.activation_checkpointing = True
     elif ckpt:
@@ -61,12 +62,23 @@ def _train(ckpt, p=0.0, steps=3, which="blocks", planning=True):
     return losses, [q.detach().numpy().copy() for q in m.parameters()], g
 
 
+def _same(a, b):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
 def test_checkpointing_gives_the_same_training_and_a_lower_peak():
-    l0, p0, g0 = _train(False)
-    l1, p1, g1 = _train(True)
+    # without fusion the recomputation runs the very same kernels: bit-identical
+    l0, p0, _ = _train(False, fusion=False)
+    l1, p1, _ = _train(True, fusion=False)
     np.testing.assert_array_equal(l0, l1)
     for a, b in zip(p0, p1):
         np.testing.assert_array_equal(a, b)
+    # with fusion, clones may fuse with backward nodes (float32 exp/tanh differ by an ulp or two)
+    l0, p0, g0 = _train(False)
+    l1, p1, g1 = _train(True)
+    _same(l0, l1)
+    for a, b in zip(p0, p1):
+        _same(a, b)
     r0, r1 = g0.memory_report(), g1.memory_report()
     assert r1["peak_bytes"] < 0.75 * r0["peak_bytes"], (r0, r1)
     note = g1.ir.meta["pass_notes"]["activation_checkpointing"]
@@ -84,7 +96,7 @@ def test_checkpointing_gives_the_same_training_and_a_lower_peak():
 def test_one_block_and_the_switch():
     l0, _, _ = _train(False, steps=2)
     l1, _, g1 = _train(True, steps=2, which="1")
-    np.testing.assert_array_equal(l0, l1)
+    _same(l0, l1)
     scopes = {c.scope for c in g1.ir.nodes if "recompute_of" in c.tags}
     assert scopes and all(s.startswith("m.blocks.1") for s in scopes)
     g1.config.disable_pass("activation_checkpointing")
@@ -95,9 +107,9 @@ def test_one_block_and_the_switch():
 def test_dropout_masks_are_kept_not_redrawn():
     l0, p0, _ = _train(False, p=0.2)
     l1, p1, g1 = _train(True, p=0.2)
-    np.testing.assert_array_equal(l0, l1)
+    _same(l0, l1)
     for a, b in zip(p0, p1):
-        np.testing.assert_array_equal(a, b)
+        _same(a, b)
     assert not [c for c in g1.ir.nodes if "recompute_of" in c.tags and c.name == "bernoulli_mask"]
     assert g1.ir.op_counts()["bernoulli_mask"] == 4
 
