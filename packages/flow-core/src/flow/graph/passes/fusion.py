@@ -13,10 +13,11 @@ Runs on the whole step (forward, backward and update traced together), after ``d
 * is *convex*: no path leaves the group and comes back (data edges, in-place anti-dependencies
   and the order of random draws all count), so the group can run as one step;
 * holds nodes of one phase (forward values fused with backward ones would be computed early and
-  kept alive), and no "side outputs" that only non-fusible nodes read right after (a BatchNorm
-  backward's products each reduced by a ``sum``): fused, they would all be alive at once. A group
-  keeps at most ``fusion.max_outputs`` (1) outputs that are read in its own phase (values saved
-  for the backward pass do not count); the longest run of its members that does is kept;
+  kept alive; the phase is taken by data flow, as the tracer tags gradient sums "forward");
+* has at most ``fusion.max_outputs`` (1) outputs read in its own phase (values saved for the
+  backward pass do not count): fused siblings that each feed a non-fusible reduction (a BatchNorm
+  backward) would all be alive at once. Of a group that has more, the longest run of consecutive
+  members that obeys this is kept (dropping members from either end keeps a group convex);
 * has at least ``fusion.min_nodes`` (2) ops and ``fusion.min_elements`` (4096) elements per
   output (smaller groups cost more in call overhead than they save), at most ``fusion.max_nodes``.
 
