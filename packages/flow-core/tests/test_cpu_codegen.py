@@ -225,3 +225,10 @@ def test_compile_errors_and_a_missing_compiler_raise_codegen_error(tmp_path, mon
     prog = FusedProgram((3,), (((3,), "float32"),), (("neg", (("i", 0),), (), "float32"),), (0,))
     with pytest.raises(codegen.CodegenError, match="no C compiler"):
         codegen.build([prog])
+
+
+def test_an_unwritable_cache_directory_falls_back_to_a_private_temp_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLOW_CACHE_DIR", "/proc/flow-cannot-write-here")
+    monkeypatch.setattr(codegen.tempfile, "gettempdir", lambda: str(tmp_path))
+    path = codegen._compile("int flow_test_fn2(void) { return 7; }\n", codegen.find_compiler())
+    assert path.startswith(str(tmp_path)) and os.path.isfile(path)

@@ -113,8 +113,19 @@ def _compile(source: str, cc: str) -> str:
     path = os.path.join(d, f"flow_fused_{key}.so")
     if os.path.isfile(path):
         return path
-    os.makedirs(d, exist_ok=True)
-    fd, tmp_c = tempfile.mkstemp(suffix=".c", prefix=".tmp_", dir=d)
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp_c = tempfile.mkstemp(suffix=".c", prefix=".tmp_", dir=d)
+    except OSError:  # a read-only cache directory: a private one in the temp directory
+        d = os.path.join(tempfile.gettempdir(), f"flow-kernels-{os.getuid() if hasattr(os, 'getuid') else 0}")
+        path = os.path.join(d, f"flow_fused_{key}.so")
+        if os.path.isfile(path):
+            return path
+        try:
+            os.makedirs(d, exist_ok=True)
+            fd, tmp_c = tempfile.mkstemp(suffix=".c", prefix=".tmp_", dir=d)
+        except OSError as e:
+            raise CodegenError(f"no writable directory for compiled kernels ({cache_dir()}, {d}): {e}") from e
     tmp_so = tmp_c[:-2] + ".so"
     try:
         with os.fdopen(fd, "w") as f:
@@ -131,7 +142,10 @@ def _compile(source: str, cc: str) -> str:
             errs.append(f"$ {' '.join(cmd)}\n{r.stderr.strip()[-4000:]}")
         else:
             raise CodegenError("compiling fused kernels failed:\n" + "\n".join(errs))
-        os.replace(tmp_so, path)  # atomic: readers see the old file or the complete new one
+        try:
+            os.replace(tmp_so, path)  # atomic: readers see the old file or the complete new one
+        except OSError as e:
+            raise CodegenError(f"could not store the compiled kernels in {path}: {e}") from e
         try:
             os.replace(tmp_c, path[:-3] + ".c")  # the source next to it, for reading
         except OSError:
