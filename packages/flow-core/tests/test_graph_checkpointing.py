@@ -127,3 +127,42 @@ def test_gpt_blocks_checkpointed_match_eager():
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
     _assert_same_state(m1, m2, o1, o2)
     assert any("recompute_of" in n.tags for n in g.ir.nodes)
+
+
+def test_all_passes_with_gradient_accumulation():
+    """Fusion, checkpointing and memory planning on a step the runtime splits into micro-batches."""
+    def run(passes):
+        flow.manual_seed(0)
+        m = Net(d=32, h=64, layers=2)
+        opt = flow.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+        class G(nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.m = m
+                self.add_optimizer(opt)
+
+            def build(self, x, y):
+                loss = F.cross_entropy(self.m(x), y)
+                loss.backward()
+                return loss
+
+        g = G()
+        g.config.set_gradient_accumulation_steps(4)
+        g.config.enable_fusion(passes)
+        g.config.enable_memory_planning(passes)
+        g.config.set_option("fusion.min_elements", 0)
+        if passes:
+            g.m.blocks.activation_checkpointing = True
+        rng = np.random.default_rng(3)
+        losses = [g(flow.tensor(rng.standard_normal((64, 32)).astype(np.float32)),
+                    flow.tensor(rng.integers(0, 10, 64))).item() for _ in range(3)]
+        return losses, [p.detach().numpy().copy() for p in m.parameters()], g
+
+    l0, p0, _ = run(False)
+    l1, p1, g1 = run(True)
+    _same(l0, l1)
+    for a, b in zip(p0, p1):
+        _same(a, b)
+    assert any("recompute_of" in n.tags for n in g1.ir.nodes)
+    assert g1.ir.op_counts().get("fused_elementwise", 0) >= 1
