@@ -191,6 +191,10 @@ def test_non_contiguous_inputs_and_out_buffers():
     np.testing.assert_allclose(r1, np.exp(a + b))
     with pytest.raises(ValueError, match="out="):
         k([a, b], out=(np.empty((6, 5)), None))
+    f_order = np.empty((5, 6), order="F")  # a strided buffer (an in-place target made by a ufunc on a
+    r0, _ = k([a, b], out=(f_order, None))  # transposed input): computed, then copied into it
+    assert r0 is f_order
+    np.testing.assert_allclose(f_order, a + b)
     with pytest.raises(ValueError, match="expected"):
         k([np.ones((4, 6)), b])
     b_old = b.copy()

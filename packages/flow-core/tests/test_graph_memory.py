@@ -202,3 +202,20 @@ def test_switching_planning_off_by_name():
     g(flow.ones(64, 64))
     assert getattr(g.plan, "memory", None) is None and not g.memory_report()["planned"]
     assert not any(n.inplace for n in g.ir.nodes)
+
+
+def test_inplace_into_a_strided_buffer():
+    """A ufunc on a transposed input makes an F-ordered result; a fused node writing in place of it
+    computes and copies (the native loop writes C order)."""
+    def fn(x):
+        a = flow.atan2(x.t(), x.t() + 1)  # a ufunc the fusion pass leaves alone
+        return ((a * 2 + 1).tanh() - a) * 3
+
+    x = flow.tensor(np.random.default_rng(4).standard_normal((64, 96)).astype(np.float32))
+    ref = flow.compile(fn, config=_config(False))(x)
+    c = _config(True, fusion=True)
+    c.set_option("fusion.min_elements", 0)
+    g = flow.compile(fn, config=c)
+    np.testing.assert_allclose(g(x).numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    fused = [n for n in g.ir.nodes if n.name == "fused_elementwise"]
+    assert fused and fused[0].tags.get("out_inplace")

@@ -428,32 +428,40 @@ class NativeKernel:
             if a.__class__ is not _ND or a.dtype is not spec[1] or a.shape != spec[0] or not a.flags.c_contiguous:
                 inputs = self._prepare(inputs)
                 break
-        fn = self.fn
-        if self.by_ptr:
-            fn = self._call_by_pointer
+        fn = self._call_by_pointer if self.by_ptr else self.fn
         if self.single:
             if out is None:
                 o = _empty(self.out_shapes[0], self.out_dtypes[0])
             else:
                 o = out if out.__class__ is _ND else out[0]
-                self._check_out(o, 0)
+                if not self._usable(o, 0):
+                    return self._into((o,), self(inputs))
             fn(*inputs, o)
             return o
-        outs = []
+        outs, late = [], []
         for k, (s, d) in enumerate(zip(self.out_shapes, self.out_dtypes)):
             o = None if out is None else out[k]
-            if o is None:
-                o = _empty(s, d)
-            else:
-                self._check_out(o, k)
-            outs.append(o)
+            if o is not None and not self._usable(o, k):
+                late.append((k, o))  # a strided buffer: computed fresh, then copied into it
+                o = None
+            outs.append(_empty(s, d) if o is None else o)
         fn(*inputs, *outs)
+        for k, o in late:
+            o[...] = outs[k]
+            outs[k] = o
         return tuple(outs)
 
-    def _check_out(self, o, k) -> None:
+    def _usable(self, o, k) -> bool:
+        """``o`` can be written directly; raises if it cannot hold output ``k`` at all."""
         s, d = self.out_shapes[k], self.out_dtypes[k]
-        if o.__class__ is not _ND or o.dtype != d or o.shape != s or not o.flags.c_contiguous or not o.flags.writeable:
-            raise ValueError(f"fused kernel: out= needs a writable C-contiguous {d}{list(s)} array")
+        if not isinstance(o, _ND) or o.dtype != d or o.shape != s or not o.flags.writeable:
+            raise ValueError(f"fused kernel: out= needs a writable {d}{list(s)} array")
+        return o.__class__ is _ND and o.flags.c_contiguous
+
+    @staticmethod
+    def _into(bufs, result):
+        bufs[0][...] = result
+        return bufs[0]
 
     def _call_by_pointer(self, *arrays) -> None:
         self.fn(*[a.ctypes.data for a in arrays])
