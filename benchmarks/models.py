@@ -4,8 +4,8 @@ Every model is written once, against the ``nn`` / ``F`` (and, where the model ne
 function, the top-level) namespace it is given, so the same code builds the PyTorch and the flow
 version: a PyTorch training script runs on flow unchanged.
 
-    python benchmarks/models.py                    # the table (a few minutes)
-    python benchmarks/models.py --quick            # a smoke run (about a minute; numbers are noisy)
+    python benchmarks/models.py                    # the table (5-10 minutes on 2 cores)
+    python benchmarks/models.py --quick            # a smoke run (one to two minutes; numbers are noisy)
     python benchmarks/models.py --models mlp,gpt --steps 20 --repeats 3
     python benchmarks/models.py --json out.json    # also write the figures as JSON
     python benchmarks/models.py --worker flow gpt --profile gpt.prof   # one framework, cProfile'd
@@ -199,8 +199,8 @@ def make_dlrm(nn, F, fw, num_tables: int = 8, rows: int = 100_000, dim: int = 64
 # -----------------------------------------------------------------------------------------------
 BATCH = {"mlp": 128, "gpt": 8, "resnet18": 32, "dlrm": 2048}
 MODELS = tuple(BATCH)
-DEFAULT_STEPS = {"mlp": (10, 40), "gpt": (3, 10), "resnet18": (3, 10), "dlrm": (3, 10)}  # (warmup, timed)
-QUICK_STEPS = {"mlp": (2, 5), "gpt": (1, 3), "resnet18": (1, 3), "dlrm": (1, 3)}
+DEFAULT_STEPS = {"mlp": (10, 40), "gpt": (3, 10), "resnet18": (2, 6), "dlrm": (3, 10)}  # (warmup, timed)
+QUICK_STEPS = {"mlp": (2, 5), "gpt": (1, 2), "resnet18": (1, 2), "dlrm": (1, 2)}
 UNIT = {"gpt": "sequences of 128 tokens"}
 DLRM_BAG = 10  # indices per bag
 

@@ -5,7 +5,8 @@ it builds a model from ``ns.nn``, an optimizer from ``ns.optim`` and runs 20 tra
 fixed NumPy data. The PyTorch model's initial weights are copied into the flow model (through
 ``state_dict`` / ``load_state_dict``, so the parameter and buffer names must match too), then
 both run and their losses must agree step by step to float32 accuracy (``rtol=1e-4``), as must
-the trained parameters.
+the trained parameters. The GPT and DLRM models of ``benchmarks/models.py`` (one definition for both
+frameworks) are trained the same way at small sizes.
 """
 
 from __future__ import annotations
@@ -157,3 +158,74 @@ def test_same_losses_as_torch(script):
     for k, tv in t_final.items():
         np.testing.assert_allclose(_comparable(k, f_final[k]), _comparable(k, tv), rtol=PARAM_RTOL, atol=PARAM_ATOL,
                                    err_msg=f"{script.__name__}: '{k}' differs after {STEPS} steps")
+
+
+# -- the benchmark models (benchmarks/models.py), written once against ``nn`` / ``F``, small sizes ----------
+def _benchmark_models():
+    import importlib.util
+    import os
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "models.py"
+    if not path.is_file():
+        pytest.skip("benchmarks/models.py is not in this checkout")
+    env, sys_path = dict(os.environ), list(sys.path)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("flow_benchmark_models", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:  # importing the benchmark helpers sets thread-count defaults: not the tests' business
+        sys.path[:] = sys_path
+        os.environ.clear()
+        os.environ.update(env)
+    return mod
+
+
+def _gpt_script(ns):
+    bm = _benchmark_models()
+    nn, F = ns.nn, ns.nn.functional
+    model = bm.make_gpt(nn, F, vocab=40, d_model=32, n_heads=4, n_layers=2, seq_len=12, dropout=0.0)
+    opt = ns.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    rng = np.random.default_rng(5)
+    idx, y = rng.integers(0, 40, (4, 12)), rng.integers(0, 40, 4 * 12)
+    loss = lambda logits, t: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t)
+    return model, opt, (ns.from_numpy(idx), ns.arange(12)), ns.from_numpy(y), loss
+
+
+def _dlrm_script(ns):
+    bm = _benchmark_models()
+    nn, F = ns.nn, ns.nn.functional
+    model = bm.make_dlrm(nn, F, ns, num_tables=3, rows=50, dim=8)
+    opt = ns.optim.SGD(model.parameters(), lr=0.05)
+    rng = np.random.default_rng(6)
+    b, bag = 16, 3
+    inputs = (ns.from_numpy(rng.standard_normal((b, 13), dtype=np.float32)),
+              [ns.from_numpy(rng.integers(0, 50, b * bag)) for _ in range(3)],
+              ns.from_numpy(np.arange(b, dtype=np.int64) * bag))
+    y = ns.from_numpy(rng.integers(0, 2, (b, 1)).astype(np.float32))
+    return model, opt, inputs, y, F.binary_cross_entropy_with_logits
+
+
+@pytest.mark.parametrize("script", [_gpt_script, _dlrm_script], ids=["gpt", "dlrm"])
+def test_benchmark_models_train_the_same(script):
+    """benchmarks/models.py's GPT and DLRM, built by the same code in both frameworks, train to the same losses."""
+    torch.manual_seed(0)
+    tm, topt, tin, ty, tloss = script(torch)
+    fm, fopt, fin, fy, floss = script(flow)
+    t_init = _numpy_state(tm)
+    assert sorted(_numpy_state(fm)) == sorted(t_init)
+    fm.load_state_dict({k: v.copy() for k, v in t_init.items()})
+    losses = {}
+    for name, m, opt, inputs, y, loss_fn in (("torch", tm, topt, tin, ty, tloss), ("flow", fm, fopt, fin, fy, floss)):
+        out = []
+        for _ in range(8):
+            opt.zero_grad()
+            loss = loss_fn(m(*inputs), y)
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        losses[name] = out
+    assert losses["torch"][-1] < losses["torch"][0]
+    np.testing.assert_allclose(losses["flow"], losses["torch"], rtol=LOSS_RTOL, atol=LOSS_ATOL)
