@@ -29,7 +29,8 @@ from flow._dtype import (
     uint8,
 )
 from flow._tensor import Size, Tensor
-from flow.autograd import node as _node, engine as _engine
+from flow.autograd import engine as _engine
+from flow.autograd import node as _node
 
 _dispatch.Tensor = Tensor
 _dispatch.Node = _node.Node
@@ -94,8 +95,8 @@ def _export_ops() -> None:
 
 _export_ops()
 from flow import nn, optim, testing, utils  # noqa: E402
-from flow.serialization import load, save  # noqa: E402
 from flow.graph import compile  # noqa: E402  (graph mode; flow.nn.Graph is the class form)
+from flow.serialization import load, save  # noqa: E402
 
 float = float32  # noqa: A001 - PyTorch's aliases
 double = float64
