@@ -14,8 +14,9 @@ import sys
 import time
 
 THREADS = 2
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+for _var in THREAD_VARS:
     os.environ.setdefault(_var, str(THREADS))
 
 TIMERS = {"wall": time.perf_counter, "cpu": time.process_time}

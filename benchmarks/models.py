@@ -36,8 +36,10 @@ gradients, optimizer state, activations, temporaries, allocator slack), whoever 
 frameworks, each in a process of its own, so neither sees the other's memory; tracemalloc would
 see only NumPy's allocations and not PyTorch's.
 
-Both frameworks use 2 threads: ``torch.set_num_threads(2)``; flow's native kernels run OpenMP with 2
-threads and NumPy's BLAS runs 2 threads (OMP/OPENBLAS/MKL_NUM_THREADS default to 2 here).
+Both frameworks use 2 threads (``--threads``): ``torch.set_num_threads(2)``; flow's native kernels run
+OpenMP with 2 threads and NumPy's BLAS runs 2 threads (each worker gets OMP/OPENBLAS/MKL_NUM_THREADS=2).
+On a machine shared with other jobs, ``--threads 1 --timer cpu`` compares the work each framework does
+per step with little sensitivity to the load (one thread's CPU time does not include waiting).
 """
 
 from __future__ import annotations
@@ -264,8 +266,9 @@ def make_workload(fw, model: str, batch: dict):
 # -----------------------------------------------------------------------------------------------
 # One (framework, model) in this process
 # -----------------------------------------------------------------------------------------------
-def worker(framework: str, model: str, warmup: int, steps: int, timer: str, profile: str | None = None) -> dict:
-    fw = C.setup(framework)
+def worker(framework: str, model: str, warmup: int, steps: int, timer: str, profile: str | None = None,
+           threads: int = C.THREADS) -> dict:
+    fw = C.setup(framework, threads)
     fw.manual_seed(0)
     batch = make_batch(model)
     base_rss, base_peak = C.current_rss(), C.peak_rss()
@@ -286,13 +289,16 @@ def worker(framework: str, model: str, warmup: int, steps: int, timer: str, prof
     peak = C.peak_rss()
     return {"framework": framework, "model": model, "times": times, "peak_bytes": peak - base_rss,
             "baseline_rss": base_rss, "baseline_peak": base_peak, "loss": loss,
-            "version": getattr(fw, "__version__", "?")}
+            "version": getattr(fw, "__version__", "?"), "blas": C.blas_kernel()}
 
 
-def run_worker(framework: str, model: str, warmup: int, steps: int, timer: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, model,
-           "--warmup", str(warmup), "--steps", str(steps), "--timer", timer]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE)
+def run_worker(framework: str, model: str, warmup: int, steps: int, timer: str, threads: int = C.THREADS) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, model, "--warmup", str(warmup),
+           "--steps", str(steps), "--timer", timer, "--threads", str(threads)]
+    env = dict(os.environ)
+    for var in C.THREAD_VARS:  # the thread pools read these when they start
+        env[var] = str(threads)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{framework} {model} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -302,9 +308,10 @@ def run_worker(framework: str, model: str, warmup: int, steps: int, timer: str) 
 # The side-by-side run
 # -----------------------------------------------------------------------------------------------
 def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool, timer: str,
-        frameworks=("flow", "torch"), log=sys.stderr) -> dict:
+        frameworks=("flow", "torch"), threads: int = C.THREADS, log=sys.stderr) -> dict:
     results = []
     versions = {}
+    blas = None
     for model in models:
         w, s = (QUICK_STEPS if quick else DEFAULT_STEPS)[model]
         w = w if warmup is None else warmup
@@ -313,11 +320,13 @@ def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool
         for r in range(repeats):
             order = frameworks if r % 2 == 0 else tuple(reversed(frameworks))
             for fwk in order:
-                res = run_worker(fwk, model, w, s, timer)
+                res = run_worker(fwk, model, w, s, timer, threads)
                 per[fwk]["times"] += res["times"]
                 per[fwk]["peaks"].append(res["peak_bytes"])
                 per[fwk]["loss"] = res["loss"]
                 versions[fwk] = res["version"]
+                if fwk == "flow":
+                    blas = res.get("blas")
                 print(f"  {model:<9} {fwk:<6} run {r + 1}/{repeats}: median step "
                       f"{C.median(res['times']) * 1e3:8.1f} ms, peak {C.mib(res['peak_bytes']):8.1f} MiB",
                       file=log, flush=True)
@@ -333,7 +342,9 @@ def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool
             row["memory_ratio"] = row["flow"]["peak_mib"] / max(row["torch"]["peak_mib"], 1e-9)
         results.append(row)
     machine = C.machine_info()
-    machine.update(timer=timer, versions=versions)
+    machine.update(timer=timer, versions=versions, threads=threads)
+    if blas:  # as the flow workers ran it (this process's pool may have another size)
+        machine["blas"] = blas
     return {"machine": machine, "results": results}
 
 
@@ -372,6 +383,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="a short smoke run: fewer steps, one process each")
     p.add_argument("--timer", choices=sorted(C.TIMERS), default="wall",
                    help="wall: elapsed time (default); cpu: the process's CPU time")
+    p.add_argument("--threads", type=int, default=C.THREADS, help="threads of each framework (default 2)")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     p.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "MODEL"),
                    help="internal: run one framework and model in this process and print JSON")
@@ -381,7 +393,7 @@ def main(argv=None) -> int:
         fwk, model = args.worker
         w, s = DEFAULT_STEPS[model]
         res = worker(fwk, model, w if args.warmup is None else args.warmup, s if args.steps is None else args.steps,
-                     args.timer, args.profile)
+                     args.timer, args.profile, args.threads)
         print(json.dumps(res))
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -390,7 +402,7 @@ def main(argv=None) -> int:
             p.error(f"unknown model {m!r}; choose from {', '.join(MODELS)}")
     frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
     repeats = 1 if args.quick and args.repeats == 2 else args.repeats
-    report = run(models, repeats, args.steps, args.warmup, args.quick, args.timer, frameworks)
+    report = run(models, repeats, args.steps, args.warmup, args.quick, args.timer, frameworks, args.threads)
     print_table(report)
     if args.json:
         with open(args.json, "w") as fh:
