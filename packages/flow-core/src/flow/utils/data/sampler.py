@@ -215,7 +215,6 @@ class DistributedSampler(Sampler):
                 indices += (indices * math.ceil(pad / len(indices)))[:pad]
         else:
             indices = indices[: self.total_size]
-        assert len(indices) == self.total_size
         return iter(indices[self.rank:self.total_size:self.num_replicas])
 
     def __len__(self) -> int:
