@@ -460,10 +460,13 @@ def test_with_nn_module_checkpoint_and_dtype_change(tmp_path):
                if k != "step")
 
 
-@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
-                                  lambda ps: AdamW(ps, lr=0.01), lambda ps: LAMB(ps, lr=0.01)],
+# runs of at most 10 elements over the shapes below: (3, 4) alone, (5,) alone, (9,) alone, then (2, 2) + (4,).
+# The native SGD / AdamW read a lone parameter's gradient in place, so only the run of two goes through the
+# scratch buffer (8 elements); LAMB copies every run (the largest: 12).
+@pytest.mark.parametrize("make, scratch", [(lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01), 8),
+                                           (lambda ps: AdamW(ps, lr=0.01), 8), (lambda ps: LAMB(ps, lr=0.01), 12)],
                          ids=["sgd", "adamw", "lamb"])
-def test_updates_in_bounded_runs_are_the_same(monkeypatch, make):
+def test_updates_in_bounded_runs_are_the_same(monkeypatch, make, scratch):
     """Runs of at most GRAD_CHUNK elements (a larger parameter alone) give bit-identical updates, and the
     gradient scratch buffer holds one run, not the whole bucket."""
     from flow.optim import _flat
@@ -483,6 +486,22 @@ def test_updates_in_bounded_runs_are_the_same(monkeypatch, make):
 
     whole, b_whole = train(1 << 20)
     chunked, b_chunked = train(10)
-    assert b_whole.grad.shape == (34,) and b_chunked.grad.shape == (12,)  # the largest run: (3, 4) alone
+    assert b_whole.grad.shape == (34,) and b_chunked.grad.shape == (scratch,)
     for a, c in zip(whole, chunked):
         assert np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("cls, kw", [(SGD, dict(lr=0.1, momentum=0.9, maximize=True)), (SGD, dict(lr=0.1)),
+                                     (AdamW, dict(lr=0.01)), (Adam, dict(lr=0.01, weight_decay=0.1, maximize=True)),
+                                     (LAMB, dict(lr=0.01))])
+def test_step_leaves_the_gradients_alone(cls, kw):
+    """Whether a lone parameter's gradient is read in place or copied, step() never changes a .grad."""
+    init, grads = data(shapes=[(40, 30), (7,)])
+    ps = flow_params(init)
+    opt = cls(ps, **kw)
+    for gs in grads[:3]:
+        for p, g in zip(ps, gs):
+            p.grad = flow.tensor(g)
+        opt.step()
+        for p, g in zip(ps, gs):
+            assert np.array_equal(p.grad.numpy(), g)

@@ -137,10 +137,19 @@ class FlatBucket:
             out.append((start, len(self.params)))
         return out
 
-    def gather_grads(self, i0: int, i1: int):
+    def gather_grads(self, i0: int, i1: int, copy: bool = True):
         """Copy the gradients of parameters ``i0:i1`` into the scratch buffer (one concatenate); return that
-        (1-d, the run's size; the caller may overwrite it)."""
+        (1-d, the run's size; the caller may overwrite it).
+
+        ``copy=False`` (for a caller that only reads it): a run of one parameter whose gradient is contiguous
+        and of the compute dtype gives that gradient itself, flattened, and copies nothing.
+        """
         o0, o1 = int(self.offsets[i0]), int(self.offsets[i1])
+        if not copy and i1 - i0 == 1:
+            gd = self.params[i0].grad._data
+            if (gd.dtype == self.cdtype and gd.size == o1 - o0 and getattr(gd, "flags", None) is not None
+                    and gd.flags.c_contiguous):
+                return gd.reshape(-1)
         if self.grad is None or self.grad.shape[0] < o1 - o0:
             self.grad = None  # free the old one first
             self.grad = self.xp.empty(o1 - o0, dtype=self.cdtype)

@@ -46,6 +46,9 @@ class Adam(Optimizer):
             names["max_exp_avg_sq"] = 0.0
         return names
 
+    def _reads_grad_only(self, group, b) -> bool:
+        return not b.low and use_native(b.flat)  # the native kernel takes the gradient read-only
+
     def _update(self, group, p, g, state, step, layout) -> None:
         b1, b2 = (float(b) for b in group["betas"])
         args = (_float(group["lr"]), b1, b2, float(group["eps"]), float(group["weight_decay"]),

@@ -171,10 +171,16 @@ class Optimizer:
                     self._step_run(group, b, names, i0, i1)
         return loss
 
+    def _reads_grad_only(self, group: dict, b: FlatBucket) -> bool:
+        """Whether :meth:`_update` leaves ``g`` untouched for this group and bucket (then a parameter's own
+        gradient can be passed instead of a copy). Subclasses whose update only reads it say so."""
+        return False
+
     def _step_run(self, group: dict, b: FlatBucket, names: dict, i0: int, i1: int) -> None:
         o0, o1 = int(b.offsets[i0]), int(b.offsets[i1])
-        g = b.gather_grads(i0, i1)
-        if group.get("maximize", False):
+        maximize = group.get("maximize", False)
+        g = b.gather_grads(i0, i1, copy=maximize or not self._reads_grad_only(group, b))
+        if maximize:
             b.xp.negative(g, out=g)
         b.steps[i0:i1] += 1
         step = int(b.steps[i0])

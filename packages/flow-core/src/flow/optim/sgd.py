@@ -35,6 +35,9 @@ class SGD(Optimizer):
     def _state_names(self, group: dict) -> dict:
         return {"momentum_buffer": 0.0} if group["momentum"] != 0 else {}
 
+    def _reads_grad_only(self, group, b) -> bool:
+        return not b.low and use_native(b.flat)  # the native kernel takes the gradient read-only
+
     def _update(self, group, p, g, state, step, layout) -> None:
         lr, mom, damp = _float(group["lr"]), float(group["momentum"]), float(group["dampening"])
         wd, nesterov = float(group["weight_decay"]), bool(group["nesterov"])
