@@ -8,6 +8,8 @@ while one is active.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from flow import _dtype as D
@@ -24,21 +26,21 @@ _dtype_of = _NP_TO_DTYPE.get
 _ndarray = np.ndarray
 _asarray = np.asarray
 
-# The active eager interceptors, outermost first. Each is ``fn(op, inputs, attrs)`` returning
-# a result or NotImplemented. Empty in the common case, so the cost is one truth test.
-INTERCEPTORS: list = []
-
-
-class _ChainState:
-    """How much of the chain a call made from inside an interceptor may still see."""
-
-    __slots__ = ("visible",)
+# The active eager interceptors are per thread (as PyTorch's modes are): tracing a graph or an
+# autocast region in one thread must not capture another thread's ops. ``_ACTIVE[0]`` counts the
+# active interceptors of all threads, so with none anywhere the hot path pays one truth test.
+class _ChainState(threading.local):
+    """This thread's interceptor chain, and how much of it a call made from inside an interceptor
+    may still see."""
 
     def __init__(self) -> None:
-        self.visible = None  # None: all of INTERCEPTORS; i: only INTERCEPTORS[:i]
+        self.chain: list = []  # outermost first; each is ``fn(op, inputs, attrs)`` -> result or NotImplemented
+        self.visible = None  # None: all of the chain; i: only chain[:i]
 
 
 _CHAIN = _ChainState()
+_ACTIVE = [0]
+_ACTIVE_LOCK = threading.Lock()
 _new = object.__new__
 
 
@@ -68,16 +70,26 @@ def push_interceptor(fn) -> None:
     """Activate an eager interceptor; it becomes the innermost (consulted first)."""
     if not callable(fn):
         raise TypeError(f"push_interceptor: expected a callable fn(op, inputs, attrs), got {fn!r}")
-    INTERCEPTORS.append(fn)
+    _CHAIN.chain.append(fn)
+    with _ACTIVE_LOCK:
+        _ACTIVE[0] += 1
 
 
 def pop_interceptor(fn) -> None:
-    """Deactivate an interceptor previously pushed."""
-    for i in range(len(INTERCEPTORS) - 1, -1, -1):
-        if INTERCEPTORS[i] is fn:
-            del INTERCEPTORS[i]
+    """Deactivate an interceptor this thread pushed."""
+    chain = _CHAIN.chain
+    for i in range(len(chain) - 1, -1, -1):
+        if chain[i] is fn:
+            del chain[i]
+            with _ACTIVE_LOCK:
+                _ACTIVE[0] -= 1
             return
-    raise ValueError("pop_interceptor: interceptor is not active")
+    raise ValueError("pop_interceptor: interceptor is not active in this thread")
+
+
+def active_interceptors() -> tuple:
+    """This thread's active interceptors, outermost first."""
+    return tuple(_CHAIN.chain)
 
 
 def call(op, *inputs, **attrs):
@@ -95,7 +107,7 @@ def call(op, *inputs, **attrs):
         op = h.opdef or h.resolve()
     elif cls is not OpDef:
         raise TypeError(f"flow.ops.call: expected an op name, handle or OpDef, got {type(op).__name__}")
-    if INTERCEPTORS:
+    if _ACTIVE[0] and _CHAIN.chain:
         return _intercepted(op, inputs, attrs)
     return execute(op, inputs, attrs)
 
@@ -104,15 +116,17 @@ def _intercepted(op, inputs: tuple, attrs: dict):
     """Offer the call to the visible interceptors, innermost first; the first that does not
     return NotImplemented gives the result. While one runs, the ops it calls see only the
     interceptors outside it."""
-    top = _CHAIN.visible
-    i = (len(INTERCEPTORS) if top is None else min(top, len(INTERCEPTORS))) - 1
+    state = _CHAIN
+    chain = state.chain
+    top = state.visible
+    i = (len(chain) if top is None else min(top, len(chain))) - 1
     while i >= 0:
-        fn = INTERCEPTORS[i]
-        _CHAIN.visible = i
+        fn = chain[i]
+        state.visible = i
         try:
             r = fn(op, inputs, attrs)
         finally:
-            _CHAIN.visible = top
+            state.visible = top
         if r is not NotImplemented:
             return r
         i -= 1
@@ -341,7 +355,7 @@ def binary(handle, a, b, promote_to_float: bool = False):
         inputs = (a, b)
     else:
         inputs = _promote_pair(op, a, b, promote_to_float)
-    if INTERCEPTORS:
+    if _ACTIVE[0] and _CHAIN.chain:
         return _intercepted(op, inputs, {})
     return execute(op, inputs, {})
 

@@ -40,8 +40,8 @@ def intercept(fn: Callable) -> Iterator[Callable]:
 
 
 def active() -> tuple:
-    """The active interceptors, outermost first."""
-    return tuple(_dispatch.INTERCEPTORS)
+    """This thread's active interceptors, outermost first (each thread has its own chain)."""
+    return _dispatch.active_interceptors()
 
 
 def redispatch(op, inputs, attrs=None):

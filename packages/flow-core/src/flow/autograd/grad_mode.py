@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
+import threading
 
 
-class _State:
-    """Process-wide dispatcher state, read on every op; kept in one slotted object."""
-
-    __slots__ = ("grad_enabled",)
+class _State(threading.local):
+    """Grad mode, per thread as in PyTorch: a ``no_grad()`` in one thread leaves every other thread
+    recording, and each new thread starts with grad enabled. Read on every op that needs grad."""
 
     def __init__(self) -> None:
         self.grad_enabled = True

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from contextlib import contextmanager
 from functools import partial
 
@@ -36,11 +37,58 @@ from flow.graph.symbolic import GraphTraceError, SymbolicArray
 from flow.ops.meta import TensorMeta
 
 _FLOW_DIR = os.path.dirname(os.path.abspath(flow.__file__)) + os.sep
-_ACTIVE: list = []  # the tracer running now (innermost last)
+class _Tracing(threading.local):
+    """The tracers running in this thread (innermost last): tracing is per thread, so eager code
+    in other threads (a data pipeline, an evaluation loop) runs untouched while a graph traces."""
+
+    def __init__(self) -> None:
+        self.stack: list = []
+
+
+_ACTIVE = _Tracing()
 
 
 def active_tracer():
-    return _ACTIVE[-1] if _ACTIVE else None
+    """The innermost tracer running in this thread, or None."""
+    stack = _ACTIVE.stack
+    return stack[-1] if stack else None
+
+
+def _step_hook(opt, closure):
+    """``Optimizer.step`` while a graph traces in this thread records the fused update ops."""
+    t = active_tracer()
+    if t is None:
+        return NotImplemented  # another thread's eager step
+    from flow.graph import optim_trace
+
+    return optim_trace.trace_optimizer_step(t, opt, closure)
+
+
+_EAGER_KEEP_MASK: list = []  # dropout's own (host-drawn) mask function, once routed
+
+
+def _keep_mask(input, shape, p: float, scale: float):
+    """Dropout's mask: the ``bernoulli_mask`` op while this thread traces, else the eager mask."""
+    if active_tracer() is None:
+        return _EAGER_KEEP_MASK[0](input, shape, p, scale)
+    from flow.graph import optim_trace
+
+    return optim_trace.traced_keep_mask(input, shape, p, scale)
+
+
+def _route_hooks() -> None:
+    """Install (once, for good) the optimizer-step and dropout-mask hooks that route to the tracer
+    of the calling thread; swapping them per trace would race between threads."""
+    import importlib
+
+    from flow.optim import optimizer as optmod
+
+    if optmod._graph_step_hook is not _step_hook:
+        optmod._graph_step_hook = _step_hook
+    dmod = importlib.import_module("flow.nn.functional.dropout")
+    if dmod._keep_mask is not _keep_mask:
+        _EAGER_KEEP_MASK[:] = [dmod._keep_mask]
+        dmod._keep_mask = _keep_mask
 
 
 # -- pytrees: the structure of build's inputs and outputs -----------------------------------------
@@ -198,6 +246,8 @@ class Tracer:
         return SourceLoc(*inner) if inner is not None else None
 
     def _pre_hook(self, module, args):
+        if active_tracer() is not self:  # a module called in another thread, or by an inlined graph
+            return
         name = self.module_names.get(id(module))
         if name is None:
             parent = self._scope[-1]
@@ -207,6 +257,8 @@ class Tracer:
         self.ir.meta.setdefault("module_calls", []).append([name, self.ir._next, None])
 
     def _post_hook(self, module, args, out):
+        if active_tracer() is not self:
+            return
         if len(self._scope) > 1:
             name = self._scope.pop()
             for call in reversed(self.ir.meta.get("module_calls", ())):
@@ -293,28 +345,18 @@ class Tracer:
     # -- running -------------------------------------------------------------------------
     @contextmanager
     def active(self):
-        import importlib
-
-        from flow.graph import optim_trace
         from flow.nn.modules import hooks as mhooks
 
-        dmod = importlib.import_module("flow.nn.functional.dropout")
-        from flow.optim import optimizer as optmod
-
+        _route_hooks()
         pre = mhooks.register_module_forward_pre_hook(self._pre_hook)
         post = mhooks.register_module_forward_hook(self._post_hook)
-        keep_mask = dmod._keep_mask
-        dmod._keep_mask = optim_trace.traced_keep_mask
-        old_hook = getattr(optmod, "_graph_step_hook", None)
-        optmod._graph_step_hook = partial(optim_trace.trace_optimizer_step, self)
-        _ACTIVE.append(self)
+        stack = _ACTIVE.stack
+        stack.append(self)
         try:
             with flow.interceptors.intercept(self):
                 yield self
         finally:
-            _ACTIVE.pop()
-            optmod._graph_step_hook = old_hook
-            dmod._keep_mask = keep_mask
+            stack.pop()
             pre.remove()
             post.remove()
             self.restore()

@@ -156,8 +156,10 @@ class Optimizer:
     # -- the public API -----------------------------------------------------------------------
     def step(self, closure: Callable | None = None):
         """Update every parameter that has a gradient; ``closure`` re-evaluates the model and returns the loss."""
-        if _graph_step_hook is not None:
-            return _graph_step_hook(self, closure)
+        if _graph_step_hook is not None:  # graph mode: recorded into the trace of this thread, if any
+            r = _graph_step_hook(self, closure)
+            if r is not NotImplemented:
+                return r
         loss = None
         if closure is not None:
             from flow.autograd import enable_grad
