@@ -257,7 +257,41 @@ def test_tensor_constructor():
     assert flow.Tensor(2, 3).shape == (2, 3) and flow.Tensor(2, 3).dtype is flow.float32
     assert flow.Tensor([1, 2]).dtype is flow.float32  # flow.Tensor(list) is float, as torch.Tensor
     assert flow.Tensor([1.0], requires_grad=True).requires_grad
-    assert flow.Tensor(np.ones(2, dtype=np.float64)).dtype is flow.float64
+    # flow.Tensor(data) has the default dtype whatever the data's (torch.Tensor is FloatTensor)
+    for a in (np.ones(2, dtype=np.float64), np.ones(2, dtype=np.int64), np.ones(2, dtype=bool), [True], (1.5, 2)):
+        t = flow.Tensor(a)
+        assert t.dtype is flow.float32, type(a)
+        np.testing.assert_array_equal(t.numpy(), np.asarray(a, dtype=np.float32))
+    assert flow.Tensor(np.ones(2), dtype=flow.float64).dtype is flow.float64  # an explicit dtype wins
+    assert flow.Tensor(flow.tensor([1, 2])).dtype is flow.int64  # a Tensor keeps its dtype, as in torch
+    flow.set_default_dtype(flow.float64)
+    try:
+        assert flow.Tensor(np.ones(2, dtype=np.float32)).dtype is flow.float64
+    finally:
+        flow.set_default_dtype(flow.float32)
+
+
+def test_requires_grad_attribute_follows_pytorchs_rules():
+    from flow.errors import AutogradError
+
+    for dt in (flow.int64, flow.int32, flow.uint8, flow.bool):
+        x = flow.zeros(3, dtype=dt)
+        with pytest.raises(AutogradError, match="only floating-point tensors can require gradients"):
+            x.requires_grad = True
+        assert x.requires_grad is False
+        x.requires_grad = False  # turning it off is always fine
+    with pytest.raises(AutogradError, match="expected a bool"):
+        flow.zeros(2).requires_grad = 1
+    leaf = flow.zeros(2)
+    leaf.requires_grad = True
+    y = leaf * 2
+    for value in (True, False):
+        with pytest.raises(AutogradError, match="only leaf tensors can change requires_grad"):
+            y.requires_grad = value
+    assert y.requires_grad_(True) is y and y.requires_grad  # a no-op on a computed tensor, as in torch
+    with pytest.raises(AutogradError, match="only leaf"):
+        y.requires_grad_(False)
+    assert isinstance(AutogradError("x"), RuntimeError)  # what torch raises
 
 
 def test_requires_grad_only_for_floating_point():

@@ -13,7 +13,7 @@ from flow._device import CPU
 from flow._device import device as _device
 from flow._random import host_rng
 from flow._tensor import Tensor
-from flow.errors import OpError, OpTypeError
+from flow.errors import OpError, OpMemoryError, OpTypeError
 
 __all__ = [
     "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace",
@@ -41,7 +41,7 @@ def _finish(arr: np.ndarray, dtype: D.dtype, dev: _device, requires_grad: bool) 
     if requires_grad:
         if not dtype.is_floating_point:
             raise OpTypeError("tensor", f"only floating-point tensors can require gradients, got {dtype}")
-        t.requires_grad = True
+        t._requires_grad = True
     return t
 
 
@@ -166,7 +166,20 @@ def _size(op: str, size) -> tuple:
         if s < 0:
             raise OpError(op, f"negative dimension {s} in size {tuple(size)}")
         out.append(int(s))
+    if math.prod(out) > _MAX_ELEMENTS:
+        raise OpMemoryError(op, f"size {tuple(out)} has {math.prod(out)} elements, more than any device can hold")
     return tuple(out)
+
+
+_MAX_ELEMENTS = (1 << 63) // 16  # NumPy's own limit is the byte size in an intp, for the widest dtype
+
+
+def _alloc(op: str, fn, shape: tuple, *args):
+    """``fn(shape, *args)`` (np.zeros ...), with running out of memory named as the op's."""
+    try:
+        return fn(shape, *args)
+    except MemoryError as e:
+        raise OpMemoryError(op, f"out of memory for size {tuple(shape)}: {e}") from None
 
 
 def _dt(dtype, default=None) -> D.dtype:
@@ -178,19 +191,19 @@ def _dt(dtype, default=None) -> D.dtype:
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of zeros."""
     dt = _dt(dtype)
-    return _finish(np.zeros(_size("zeros", size), dt.np), dt, _dev(device), requires_grad)
+    return _finish(_alloc("zeros", np.zeros, _size("zeros", size), dt.np), dt, _dev(device), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of ones."""
     dt = _dt(dtype)
-    return _finish(np.ones(_size("ones", size), dt.np), dt, _dev(device), requires_grad)
+    return _finish(_alloc("ones", np.ones, _size("ones", size), dt.np), dt, _dev(device), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad: bool = False, memory_format=None) -> Tensor:
     """An uninitialised tensor."""
     dt = _dt(dtype)
-    return _finish(np.empty(_size("empty", size), dt.np), dt, _dev(device), requires_grad)
+    return _finish(_alloc("empty", np.empty, _size("empty", size), dt.np), dt, _dev(device), requires_grad)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -199,7 +212,7 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = Fal
         fill_value = fill_value.item()
     dt = D.as_dtype(dtype) if dtype is not None else _infer_dtype(fill_value)
     shape = _size("full", (size,) if isinstance(size, (tuple, list)) else (size,))
-    return _finish(np.full(shape, fill_value, dt.np), dt, _dev(device), requires_grad)
+    return _finish(_alloc("full", np.full, shape, fill_value, dt.np), dt, _dev(device), requires_grad)
 
 
 def _like(x: Tensor, dtype, device):
@@ -384,17 +397,18 @@ def _tensor_init(self: Tensor, args, dtype, device, requires_grad) -> None:
     if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
         dt = D.as_dtype(dtype) if dtype is not None else None
         a, dt = _host_array(args[0], dt)
-        if dtype is None and isinstance(args[0], (list, tuple)) and dt.category < 2:
-            # flow.Tensor([1, 2]) is float, as torch.Tensor
+        if dtype is None and not isinstance(args[0], Tensor) and dt is not D._default_dtype:
+            # flow.Tensor(data) has the default dtype, whatever the data's own (a list of ints, a
+            # float64 NumPy array), as torch.Tensor; only a Tensor argument keeps its dtype
             dt = D._default_dtype
             a = a.astype(dt.np)
     else:
         dt = _dt(dtype)
-        a = np.zeros(_size("Tensor", args), dt.np)
+        a = _alloc("Tensor", np.zeros, _size("Tensor", args), dt.np)
     self._data = _to_device(a, dev)
     self.dtype = dt
     self.device = dev
-    self.requires_grad = False
+    self._requires_grad = False
     self.grad = None
     self.grad_fn = None
     self._version = [0]
@@ -407,5 +421,5 @@ def _tensor_init(self: Tensor, args, dtype, device, requires_grad) -> None:
 def _rebuild_tensor(arr, dtype_name, device_str, requires_grad):
     t = tensor(arr, dtype=D.as_dtype(dtype_name), device=device_str)
     if requires_grad:
-        t.requires_grad = True
+        t._requires_grad = True
     return t

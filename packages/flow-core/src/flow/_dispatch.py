@@ -14,7 +14,10 @@ import numpy as np
 
 from flow import _dtype as D
 from flow.autograd.grad_mode import STATE
-from flow.errors import FlowError, OpError, OpTypeError
+from flow._fpstate import IGNORE as _FP_IGNORE
+from flow._fpstate import fp_reset as _fp_reset
+from flow._fpstate import fp_set as _fp_set
+from flow.errors import FlowError, OpError, OpMemoryError, OpTypeError
 from flow.registry.ops import OpDef
 
 # Set by flow._tensor's importer (flow/__init__) to break the import cycle.
@@ -163,7 +166,7 @@ def execute(op, inputs: tuple, attrs: dict):
         dev = first.device
         if b.device is not dev:
             raise _device_mismatch(op, inputs)
-        needs_grad = first.requires_grad or b.requires_grad
+        needs_grad = first._requires_grad or b._requires_grad
         a0 = first._data
         a1 = b._data
         arrays = (a0, a1)
@@ -171,7 +174,7 @@ def execute(op, inputs: tuple, attrs: dict):
             sig = (a0.shape, first.dtype, a1.shape, b.dtype, dev._str)
     elif n == 1 and isinstance(first, Tensor):  # ... or one
         dev = first.device
-        needs_grad = first.requires_grad
+        needs_grad = first._requires_grad
         a0 = first._data
         arrays = (a0,)
         if em:
@@ -199,18 +202,23 @@ def execute(op, inputs: tuple, attrs: dict):
     kern = op._kcache.get((dev.type, first.dtype))
     if kern is None:
         kern = _resolve(op, dev.type, first.dtype)
+    tok = _fp_set(_FP_IGNORE)  # kernels give inf/nan silently, as PyTorch's (see flow._fpstate)
     try:
         out = kern(*arrays, **attrs) if attrs else kern(*arrays)
     except FlowError:
         raise
+    except MemoryError as e:  # stays a MemoryError (``except MemoryError`` must catch it), naming the op
+        raise _out_of_memory(op, inputs, e) from e
     except Exception as e:  # explain kernel failures with the op's meta rule
         raise _explain(op, inputs, attrs, e) from e
+    finally:
+        _fp_reset(tok)
     if out.__class__ is _ndarray and (dt := _dtype_of(out.dtype)) is not None:
         t = _new(Tensor)
         t._data = out
         t.dtype = dt
         t.device = dev
-        t.requires_grad = False
+        t._requires_grad = False
         t.grad = None
         t.grad_fn = None
         t._version = [0]
@@ -245,7 +253,7 @@ def _gather(op, inputs: tuple, em: bool):
                 first = x
             elif x.device is not first.device:
                 raise _device_mismatch(op, inputs)
-            if x.requires_grad:
+            if x._requires_grad:
                 needs_grad = True
             a = x._data
             arrays.append(a)
@@ -262,7 +270,7 @@ def _gather(op, inputs: tuple, em: bool):
                     first = t
                 elif t.device is not first.device:
                     raise _device_mismatch(op, inputs)
-                if t.requires_grad:
+                if t._requires_grad:
                     needs_grad = True
                 seq.append(t._data)
             arrays.append(seq)
@@ -290,7 +298,7 @@ def _wrap(a, dev, op=None):
         raise OpTypeError(name, f"the kernel returned {type(a).__name__} of dtype "
                                 f"{getattr(a, 'dtype', None)}, which is not a flow dtype") from None
     t.device = dev
-    t.requires_grad = False
+    t._requires_grad = False
     t.grad = None
     t.grad_fn = None
     t._version = [0]
@@ -324,6 +332,11 @@ def _meta_inputs(inputs: tuple) -> tuple:
         if isinstance(x, np.generic):
             return tuple(x.item() if isinstance(x, np.generic) else x for x in inputs)
     return inputs
+
+
+def _out_of_memory(op, inputs, err: MemoryError) -> MemoryError:
+    shapes = [tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__ for x in inputs]
+    return OpMemoryError(op.name, f"out of memory for inputs with shapes {shapes}: {err}")
 
 
 def _explain(op, inputs, attrs, err: Exception) -> Exception:

@@ -44,7 +44,7 @@ class Tensor(
         "_data",  # array of the device's array module
         "dtype",
         "device",
-        "requires_grad",
+        "_requires_grad",  # read through the requires_grad property; the dispatcher reads the slot
         "grad",
         "grad_fn",  # autograd Node that produced this tensor, None for leaves
         "_out_idx",  # which output of grad_fn this is
@@ -67,7 +67,7 @@ class Tensor(
         t._data = data
         t.dtype = dtype
         t.device = dev
-        t.requires_grad = False
+        t._requires_grad = False
         t.grad = None
         t.grad_fn = None
         t._version = [0]
@@ -101,6 +101,17 @@ class Tensor(
 
     def element_size(self) -> int:
         return self.dtype.itemsize
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether autograd records ops on this tensor (settable on leaves; floating dtypes only)."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        from flow._methods.autograd import set_requires_grad
+
+        set_requires_grad(self, value)
 
     @property
     def is_leaf(self) -> bool:
@@ -197,7 +208,7 @@ class Tensor(
         # never uses pickle.
         from flow._creation import _rebuild_tensor
 
-        return (_rebuild_tensor, (self.numpy_host(), self.dtype.name, str(self.device), self.requires_grad))
+        return (_rebuild_tensor, (self.numpy_host(), self.dtype.name, str(self.device), self._requires_grad))
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()

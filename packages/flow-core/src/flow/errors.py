@@ -23,6 +23,19 @@ class OpIndexError(OpError, IndexError):
     """An op got an index or dim out of range."""
 
 
+class OpMemoryError(FlowError, MemoryError):
+    """An op ran out of memory; ``except MemoryError`` catches it, and ``op`` names the op."""
+
+    def __init__(self, op: str, message: str) -> None:
+        self.op = op
+        super().__init__(f"{op}: {message}")
+
+
+class AutogradError(FlowError):
+    """Autograd was asked for something it cannot do (a gradient for an integer tensor, changing
+    ``requires_grad`` of a computed tensor, backward through a freed graph)."""
+
+
 class KernelNotFoundError(FlowError, NotImplementedError):
     """No kernel is registered for an (op, device type, dtype)."""
 

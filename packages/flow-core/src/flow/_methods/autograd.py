@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 from flow import autograd as _autograd
+from flow.errors import AutogradError
+
+
+def set_requires_grad(t, requires_grad, how: str = "requires_grad") -> None:
+    """Set ``t.requires_grad`` with PyTorch's rules: a bool; only leaves may change the flag (as an
+    attribute; ``requires_grad_(True)`` on a computed tensor is a no-op); only floating-point tensors
+    may require grad (an integer tensor would otherwise silently get no gradient)."""
+    if requires_grad.__class__ is not bool:
+        raise AutogradError(f"{how}: expected a bool, got {type(requires_grad).__name__} {requires_grad!r}")
+    if t.grad_fn is not None and (not requires_grad or how == "requires_grad"):
+        raise AutogradError(f"{how}: only leaf tensors can change requires_grad; this tensor was computed by an "
+                            "op. Use .detach() for a tensor that does not require grad")
+    if requires_grad and not t.dtype.is_floating_point:
+        raise AutogradError(f"{how}: only floating-point tensors can require gradients, got a tensor of dtype "
+                            f"{t.dtype}")
+    t._requires_grad = requires_grad
 
 
 class AutogradMethods:
@@ -24,21 +40,17 @@ class AutogradMethods:
 
     def detach_(self):
         self.grad_fn = None
-        self.requires_grad = False
+        self._requires_grad = False
         return self
 
     def requires_grad_(self, requires_grad: bool = True):
         """Set whether autograd records ops on this (leaf) tensor."""
-        if not requires_grad and self.grad_fn is not None:
-            raise RuntimeError("requires_grad_(False): only leaf tensors can stop requiring grad; use detach()")
-        if requires_grad and not self.dtype.is_floating_point:
-            raise RuntimeError(f"only floating-point tensors can require gradients, got {self.dtype}")
-        self.requires_grad = bool(requires_grad)
+        set_requires_grad(self, bool(requires_grad), "requires_grad_()")
         return self
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor during backward."""
-        if not self.requires_grad:
+        if not self._requires_grad:
             raise RuntimeError("retain_grad() on a tensor that does not require grad")
         if self.grad_fn is None:
             return
@@ -66,7 +78,7 @@ class AutogradMethods:
 
     def register_hook(self, hook):
         """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces it."""
-        if not self.requires_grad:
+        if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that does not require grad")
         if self.grad_fn is not None:
             self.grad_fn.register_hook(self._out_idx, hook)

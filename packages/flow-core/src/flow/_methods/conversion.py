@@ -85,7 +85,7 @@ class ConversionMethods:
 
     def numpy(self, *, force: bool = False):
         """The data as a NumPy array (shares memory for CPU tensors, as in PyTorch)."""
-        if self.requires_grad and not force:
+        if self._requires_grad and not force:
             raise RuntimeError("Can't call numpy() on a tensor that requires grad; use tensor.detach().numpy()")
         return self.numpy_host()
 
@@ -129,8 +129,8 @@ class ConversionMethods:
             src = src.expand(*self.shape)
         from flow.ops.conversion import clone
 
-        return apply_inplace(self, clone(src) if src.requires_grad else src.detach() if not
-                             src.requires_grad else src, "copy_")
+        return apply_inplace(self, clone(src) if src._requires_grad else src.detach() if not
+                             src._requires_grad else src, "copy_")
 
 
 def _maybe_dtype(a) -> bool:

@@ -444,5 +444,5 @@ class ElementwiseMethods:
                 rebase_constant(self, "fill_")
             else:
                 self.grad_fn = None
-                self.requires_grad = False
+                self._requires_grad = False
         return self

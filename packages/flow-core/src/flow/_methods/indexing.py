@@ -16,7 +16,7 @@ def _inplace(self, name: str, fn, *args, **kwargs):
     in-place ops on it) must not invalidate the node they record.
     """
     src = self
-    if STATE.grad_enabled and not (self.requires_grad and self.grad_fn is None):
+    if STATE.grad_enabled and not (self._requires_grad and self.grad_fn is None):
         from flow._dispatch import call
         from flow.ops.views import BASIC_INDEX
 

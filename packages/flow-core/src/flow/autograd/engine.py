@@ -154,11 +154,11 @@ def _store_grad(t, g, create_graph: bool, given: dict, owned: dict) -> None:
         if (not fresh and id(a) in given) or getattr(a, "base", None) is not None or not _writeable(a):
             a = _copy(a)
             g = Tensor._make(a, g.dtype, g.device)
-        elif g.requires_grad or g._extra is not None or g.__class__ is not Tensor:
+        elif g._requires_grad or g._extra is not None or g.__class__ is not Tensor:
             g = Tensor._make(a, g.dtype, g.device)
         given[id(a)] = a
         t.grad = g
-    elif acc.requires_grad:
+    elif acc._requires_grad:
         t.grad = acc + g
     else:
         try:
@@ -212,7 +212,7 @@ def run_backward(
         for k, t in enumerate(inputs):
             if not isinstance(t, Tensor):
                 raise TypeError(f"autograd: inputs[{k}] is not a Tensor")
-            if not t.requires_grad:
+            if not t._requires_grad:
                 raise FlowError(f"autograd: inputs[{k}] does not require grad")
             result.append(None)
             if t.grad_fn is None:
@@ -223,7 +223,7 @@ def run_backward(
     roots: list = []
     buffers: dict = {}
     for k, (t, g) in enumerate(zip(tensors, grad_tensors)):
-        if not t.requires_grad:
+        if not t._requires_grad:
             raise FlowError(f"element {k} of tensors does not require grad and does not have a grad_fn")
         _foreign(given, g)
         if t.grad_fn is None:  # backward on a leaf: its gradient is the seed itself

@@ -98,7 +98,7 @@ class Function:
         from flow._tensor import Tensor
 
         ctx = FunctionCtx()
-        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
         with no_grad():
             out = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(out, tuple)
@@ -119,7 +119,7 @@ class Function:
             node.fctx = ctx
             for t in tensor_outs:
                 if id(t) in non_diff:
-                    t.requires_grad = False
+                    t._requires_grad = False
                     t.grad_fn = None
             outs = tuple(tensor_outs) if len(tensor_outs) == len(outs) else outs
         return outs[0] if single else outs

@@ -48,7 +48,7 @@ class Node:
             if isinstance(x, Tensor):
                 meta.append((x._data.shape, x.dtype, x.device))
                 # where the gradient goes: nowhere, a leaf's .grad, or the node that made x
-                nxt.append(_NO_EDGE if not x.requires_grad else (x, -1) if x.grad_fn is None
+                nxt.append(_NO_EDGE if not x._requires_grad else (x, -1) if x.grad_fn is None
                            else (x.grad_fn, x._out_idx))
                 if save_in:
                     versions.append((x._version, x._version[0]))
@@ -76,7 +76,7 @@ class Node:
                 n.saved_out = None
             n.versions = versions
             if o.dtype.is_floating_point:
-                o.requires_grad = True
+                o._requires_grad = True
                 o.grad_fn = n
                 o._out_idx = 0
             return n
@@ -92,7 +92,7 @@ class Node:
         i = 0
         for o in outs:
             if o.dtype.is_floating_point:
-                o.requires_grad = True
+                o._requires_grad = True
                 o.grad_fn = n
                 o._out_idx = i
             i += 1
@@ -120,7 +120,7 @@ class Node:
         outs = []
         for i, a in enumerate(s):
             t = Tensor._make(a, _dtype_of(a), self._out_device())
-            t.requires_grad = True
+            t._requires_grad = True
             t.grad_fn = self
             t._out_idx = i
             outs.append(t)
@@ -182,7 +182,7 @@ class Node:
 
 def _edge(x, nxt: list, meta: list) -> None:
     meta.append((x._data.shape, x.dtype, x.device))
-    if not x.requires_grad:
+    if not x._requires_grad:
         nxt.append(_NO_EDGE)
     elif x.grad_fn is None:
         nxt.append((x, -1))  # leaf: accumulate into x.grad

@@ -31,7 +31,7 @@ def _split(runner, leaves, n):
         m = t.shape[0] // n
         for i in range(n):
             part = Tensor._make(t._data[i * m:(i + 1) * m], t.dtype, t.device)
-            part.requires_grad = t.requires_grad
+            part._requires_grad = t._requires_grad
             micro[i].append(part)
     return micro
 

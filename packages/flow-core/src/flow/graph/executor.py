@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from flow._fpstate import IGNORE as FP_IGNORE
+from flow._fpstate import fp_reset, fp_set
 from flow.errors import FlowError
 
 
@@ -27,6 +29,10 @@ class GraphExecutionError(FlowError):
         super().__init__(message)
         self.node = node
         self.loc = loc
+
+
+class GraphMemoryError(GraphExecutionError, MemoryError):
+    """An op of a compiled graph ran out of memory (``except MemoryError`` catches it)."""
 
 
 def _located_error(plan, step, err: BaseException) -> GraphExecutionError:
@@ -46,8 +52,8 @@ def _located_error(plan, step, err: BaseException) -> GraphExecutionError:
             shapes.append(a.type_str())
     msg = (f"graph '{plan.name}': {what} failed{' at ' + loc.short() if loc else ''} "
            f"(inputs {', '.join(shapes)}): {type(err).__name__}: {err}{where}")
-    e = GraphExecutionError(msg, n, loc)
-    return e
+    cls = GraphMemoryError if isinstance(err, MemoryError) else GraphExecutionError
+    return cls(msg, n, loc)
 
 
 def call_step(step, values: list) -> None:
@@ -180,15 +186,20 @@ class Executor:
 
     # -- running ------------------------------------------------------------------------------
     def run(self, inputs, states, hosts):
-        if self.mode == "dataflow":
-            return self._run_dataflow(inputs, states, hosts)
+        tok = fp_set(FP_IGNORE)  # kernels give inf/nan silently, as in eager mode (flow._fpstate)
         try:
+            if self.mode == "dataflow":
+                return self._run_dataflow(inputs, states, hosts)
             return self._fn(inputs, states, hosts)
         except Exception as e:
+            if self.mode == "dataflow":
+                raise
             step = self._failed_step(e)
             if step is None:
                 raise
             raise _located_error(self.plan, step, e) from e
+        finally:
+            fp_reset(tok)
 
     def _failed_step(self, err):
         tb = err.__traceback__

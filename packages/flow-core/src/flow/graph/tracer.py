@@ -182,7 +182,7 @@ class Tracer:
             raise GraphTraceError(f"graph tracing: state tensor '{name}' is already being traced by another graph")
         v = self.ir.add_state(TensorMeta(tuple(d.shape), t.dtype, t.device),
                               StateSpec(name, kind, partial(getattr, t, "_data"), t))
-        self._saved[id(t)] = (t, (d, t.grad, t.requires_grad, t.grad_fn, t._version[0]), v)
+        self._saved[id(t)] = (t, (d, t.grad, t._requires_grad, t.grad_fn, t._version[0]), v)
         t._data = SymbolicArray(d.shape, d.dtype, v, self)
         t.grad = None
         return v
@@ -210,7 +210,7 @@ class Tracer:
                 raise GraphTraceError("graph tracing: a symbolic tensor from another (or a finished) trace was "
                                       "used; do not keep tensors from inside build across calls")
             return d.value
-        if x.requires_grad and x.grad_fn is None:  # a parameter nobody declared: still live state
+        if x._requires_grad and x.grad_fn is None:  # a parameter nobody declared: still live state
             self._captured += 1
             return self.add_state_tensor(x, f"captured.{self._captured - 1}", "captured")
         c = self._consts.get(id(x))
@@ -279,7 +279,7 @@ class Tracer:
         for x in inputs:
             if isinstance(x, Tensor):
                 args.append(self.value_of(x))
-                needs_grad = needs_grad or x.requires_grad
+                needs_grad = needs_grad or x._requires_grad
                 dev = dev or x.device
             elif x.__class__ is list or x.__class__ is tuple:
                 seq = []
@@ -288,7 +288,7 @@ class Tracer:
                         raise OpTypeError(op.name, f"expected a sequence of Tensors, got an element of type "
                                                    f"{type(t).__name__}")
                     seq.append(self.value_of(t))
-                    needs_grad = needs_grad or t.requires_grad
+                    needs_grad = needs_grad or t._requires_grad
                     dev = dev or t.device
                 args.append(seq)
             else:
@@ -379,7 +379,7 @@ class Tracer:
         for t, (data, grad, rg, gfn, ver), _ in self._saved.values():
             t._data = data
             t.grad = grad
-            t.requires_grad = rg
+            t._requires_grad = rg
             t.grad_fn = gfn
             t._version[0] = ver
 
@@ -434,7 +434,7 @@ def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(),
         for i, t in enumerate(leaves):
             v = tr.ir.add_input(TensorMeta(tuple(t.shape), t.dtype, t.device), name=f"input{i}")
             s = tr.tensor_of(v)
-            s.requires_grad = t.requires_grad and t.dtype.is_floating_point
+            s._requires_grad = t._requires_grad and t.dtype.is_floating_point
             sym_leaves.append(s)
         sargs, skwargs = unflatten(in_tree, sym_leaves)
         out = fn(*sargs, **skwargs)

@@ -13,7 +13,7 @@ from flow.errors import FlowError, OpError
 
 
 def check_inplace_allowed(self, op: str) -> None:
-    if STATE.grad_enabled and self.requires_grad and self.grad_fn is None:
+    if STATE.grad_enabled and self._requires_grad and self.grad_fn is None:
         raise FlowError(
             f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
             "wrap it in flow.no_grad() or use the out-of-place op"
@@ -32,8 +32,8 @@ def apply_inplace(self, result, op: str):
         if result.dtype.category > self.dtype.category:
             raise OpError(op, f"result type {result.dtype} cannot be cast to the in-place output type {self.dtype}")
         result = result.to(self.dtype)
-    node = result.grad_fn if result.requires_grad else None
-    if node is not None and self._base is not None and (self._base.requires_grad or self.requires_grad):
+    node = result.grad_fn if result._requires_grad else None
+    if node is not None and self._base is not None and (self._base._requires_grad or self._requires_grad):
         raise FlowError(
             f"{op}: in-place modification of a view that takes part in autograd is not supported; "
             "use the out-of-place op (or .clone() the view first)"
@@ -47,7 +47,7 @@ def apply_inplace(self, result, op: str):
                     # The snapshot holds the old values with a version counter of its own, so later
                     # in-place ops on ``self`` do not invalidate this node.
                     snap = Tensor._make(self._data.copy(), self.dtype, self.device)
-                    snap.requires_grad = self.requires_grad
+                    snap._requires_grad = self._requires_grad
                     snap.grad_fn = self.grad_fn
                     if self.grad_fn is not None:
                         snap._out_idx = self._out_idx
@@ -72,7 +72,7 @@ def apply_inplace(self, result, op: str):
     if node is not None:
         self.grad_fn = node
         self._out_idx = result._out_idx
-        self.requires_grad = True
+        self._requires_grad = True
     return self
 
 
@@ -82,13 +82,13 @@ def rebase_constant(self, op: str) -> None:
     from flow._tensor import Tensor
 
     old = Tensor._make(self._data, self.dtype, self.device)
-    old.requires_grad = True
+    old._requires_grad = True
     old.grad_fn = self.grad_fn
     old._out_idx = self._out_idx
     out = _fill_function().apply(old)
     self.grad_fn = out.grad_fn
     self._out_idx = out._out_idx
-    self.requires_grad = True
+    self._requires_grad = True
 
 
 _FILL = []
