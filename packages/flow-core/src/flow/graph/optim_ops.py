@@ -1,23 +1,25 @@
 """Graph-mode ops with state: the fused optimizer updates and the dropout RNG op.
 
-Optimizers keep each group's parameters, gradients and states in flat buffers and update them
-with one native call per group (see :mod:`flow.optim`). In a traced step, ``optimizer.step()``
-records the same update as **one op per parameter group and dtype bucket** (so the optimizer
-updates are already fused; no separate fusion pass is needed):
+Optimizers keep each group's states in flat buffers and update the parameters, each in its own
+memory, with one native multi-tensor call per run of parameters (see :mod:`flow.optim._foreach`).
+In a traced step, ``optimizer.step()`` records the same update as **one op per parameter group
+and dtype bucket** (so the optimizer updates are already fused; no separate fusion pass is
+needed):
 
 ``sgd_update(params[], grads[], momentum_buffers[], lr, first_step)``
 ``adam_update(params[], grads[], exp_avgs[], exp_avg_sqs[], max_exp_avg_sqs[], lr, step)``
 ``optimizer_update(params[], grads[], states[], lr, step, present)`` (any other Optimizer
-subclass: its own ``_update`` over the flat buffers; states name-major)
+subclass: its own ``_apply``, by default ``_update`` over the run gathered into one buffer;
+states name-major)
 
 Their meaning is functional (outputs: the new parameters, then the new states); with attribute
 ``inplace=True`` (what the tracer sets) the kernel writes the outputs into the input buffers and
 returns them, and the IR marks the node ``inplace`` so lowering orders every reader of the old
-values first. When the parameters are consecutive views of one flat buffer (the optimizer's
-flat bucket) the kernel makes one native call over it, exactly as eager ``step()`` does, so
-graph and eager training agree bit for bit. ``lr``, ``step`` and ``first_step`` are host values
-fed before each run (so LR schedules need no recompilation); step counters are bumped after each
-run by an IR effect.
+values first. The kernel updates each live parameter array in place (so views of a parameter
+see the update, as in eager mode) and the states through one flat view of the optimizer's flat
+state buffers, with exactly the calls eager ``step()`` makes, so graph and eager training agree
+bit for bit. ``lr``, ``step`` and ``first_step`` are host values fed before each run (so LR
+schedules need no recompilation); step counters are bumped after each run by an IR effect.
 
 ``bernoulli_mask(input; shape, p, scale)``: dropout's keep mask (``0`` or ``scale``) drawn from
 flow's default generator when the node runs, in the same order as eager dropout draws.
@@ -98,44 +100,26 @@ def _flat(xp, arrays, inplace: bool):
     return flat, back
 
 
-_SCRATCH: dict = {}
-
-
-def _gather(xp, grads, dtype, inplace: bool):
-    """The gradients concatenated into a scratch buffer of the compute dtype (reused across calls)."""
-    n = sum(int(g.size) for g in grads)
-    key = (np.dtype(dtype).str, id(xp))
-    buf = _SCRATCH.get(key) if inplace else None
-    if buf is None or buf.size < n:
-        buf = xp.empty(n, dtype=dtype)
-        if inplace:
-            _SCRATCH[key] = buf
-    buf = buf[:n]
-    if len(grads) == 1:
-        buf[...] = grads[0].reshape(-1)
-    else:
-        xp.concatenate([g.reshape(-1) for g in grads], out=buf)
-    return buf
-
-
 def _compute_dtype(a):
     return np.dtype(np.float32) if a.dtype in (np.dtype(np.float16), D.bfloat16.np) else a.dtype
 
 
-def _chunks(params) -> list[tuple[int, int]]:
-    """Ranges of parameters updated by one call: at most ``GRAD_CHUNK`` elements each (a bigger parameter
-    alone), as eager ``step()`` splits its runs, so the gradient scratch stays small."""
-    from flow.optim._flat import GRAD_CHUNK
+def _ctx(xp, params):
+    """``(xp, compute dtype, scratch)`` for the update of ``params`` (this thread's scratch buffers)."""
+    from flow.optim._foreach import thread_scratch
 
-    out, start, total = [], 0, 0
-    for i, p in enumerate(params):
-        n = int(p.size)
-        if i > start and total + n > GRAD_CHUNK:
-            out.append((start, i))
-            start, total = i, 0
-        total += n
-    out.append((start, len(params)))
-    return out
+    cd = _compute_dtype(params[0])
+    return xp, cd, thread_scratch(xp, cd)
+
+
+def _chunks(params) -> list[tuple[int, int]]:
+    """Ranges of parameters updated by one call, as eager ``step()`` splits its runs: at most ``GRAD_CHUNK``
+    elements each (a bigger parameter alone), so the scratch stays small, and never two parameters that
+    share memory (they are updated one after the other)."""
+    from flow.optim import _flat
+    from flow.optim._foreach import cached_overlaps, split_runs
+
+    return split_runs([int(p.size) for p in params], cached_overlaps(params), _flat.GRAD_CHUNK)
 
 
 def _prepare(xp, params, states, inplace):
@@ -146,80 +130,48 @@ def _prepare(xp, params, states, inplace):
 
 
 # -- kernels ------------------------------------------------------------------------------------
+# Each parameter is updated in its own array (the live parameter's storage, shared with its views), the
+# states through one flat view of the optimizer's flat state buffers: the same calls as eager step().
 
 
 def _sgd_kernel(xp):
-    from flow.optim._flat import use_native
-    from flow.optim.sgd import sgd_numpy
+    from flow.optim._foreach import sgd_step
 
     def sgd_update(params, grads, bufs, lr, first_step, *, momentum=0.0, dampening=0.0, nesterov=False,
                    weight_decay=0.0, maximize=False, inplace=False):
         params, bufs = _prepare(xp, params, bufs, inplace)
-        args = (float(lr), float(momentum), float(dampening), bool(nesterov), float(weight_decay))
         for i0, i1 in _chunks(params):
-            run(params[i0:i1], grads[i0:i1], bufs[i0:i1], bool(first_step), maximize, inplace, args)
-        return tuple(params) + tuple(bufs)
-
-    def run(params, grads, bufs, first_step, maximize, inplace, args):
-        p, p_back = _flat(xp, params, inplace)
-        cd = _compute_dtype(p)
-        g = _gather(xp, grads, cd, inplace)
-        if maximize:
-            xp.negative(g, out=g)
-        buf, b_back = _flat(xp, bufs, inplace) if bufs else (None, None)
-        pc = p.astype(cd) if p.dtype != cd else p
-        args = args + (buf is not None and first_step,)
-        if use_native(pc):
-            from flow.backends.cpu import native
-
-            native.sgd_update(pc, g, buf, *args)
-        else:
-            sgd_numpy(pc, g, buf, *args)
-        if pc is not p:
-            p[...] = pc
-        for back in (p_back, b_back):
+            ps = params[i0:i1]
+            buf, back = _flat(xp, bufs[i0:i1], inplace) if bufs else (None, None)
+            _, cd, scratch = _ctx(xp, ps)
+            sgd_step(xp, ps, grads[i0:i1], buf, cd, scratch, float(lr), float(momentum), float(dampening),
+                     bool(nesterov), float(weight_decay), bool(first_step), bool(maximize))
             if back is not None:
                 back()
+        return tuple(params) + tuple(bufs)
 
     return sgd_update
 
 
 def _adam_kernel(xp):
-    from flow.optim._flat import use_native
-    from flow.optim.adam import adam_numpy
+    from flow.optim._foreach import adam_step
 
     def adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, step, *, beta1=0.9, beta2=0.999,
                     eps=1e-8, weight_decay=0.0, decoupled=False, amsgrad=False, maximize=False, inplace=False):
         n = len(params)
         params, states = _prepare(xp, params, list(exp_avgs) + list(exp_avg_sqs) + list(max_exp_avg_sqs), inplace)
-        args = (int(step), float(lr), float(beta1), float(beta2), float(eps), float(weight_decay), bool(decoupled),
-                bool(amsgrad))
         for i0, i1 in _chunks(params):
-            run(params[i0:i1], grads[i0:i1], states[i0:i1], states[n + i0:n + i1],
-                states[2 * n + i0:2 * n + i1] if amsgrad else [], maximize, inplace, args)
+            ps = params[i0:i1]
+            m, m_back = _flat(xp, states[i0:i1], inplace)
+            v, v_back = _flat(xp, states[n + i0:n + i1], inplace)
+            vmax, x_back = _flat(xp, states[2 * n + i0:2 * n + i1], inplace) if amsgrad else (None, None)
+            _, cd, scratch = _ctx(xp, ps)
+            adam_step(xp, ps, grads[i0:i1], m, v, vmax, cd, scratch, int(step), float(lr), float(beta1),
+                      float(beta2), float(eps), float(weight_decay), bool(decoupled), bool(amsgrad), bool(maximize))
+            for back in (m_back, v_back, x_back):
+                if back is not None:
+                    back()
         return tuple(params) + tuple(states)
-
-    def run(params, grads, ms, vs, vmaxs, maximize, inplace, args):
-        p, p_back = _flat(xp, params, inplace)
-        cd = _compute_dtype(p)
-        g = _gather(xp, grads, cd, inplace)
-        if maximize:
-            xp.negative(g, out=g)
-        m, m_back = _flat(xp, ms, inplace)
-        v, v_back = _flat(xp, vs, inplace)
-        vmax, x_back = _flat(xp, vmaxs, inplace) if vmaxs else (None, None)
-        pc = p.astype(cd) if p.dtype != cd else p
-        if use_native(pc):
-            from flow.backends.cpu import native
-
-            native.adam_update(pc, g, m, v, vmax, *args)
-        else:
-            adam_numpy(pc, g, m, v, vmax, *args)
-        if pc is not p:
-            p[...] = pc
-        for back in (p_back, m_back, v_back, x_back):
-            if back is not None:
-                back()
 
     return adam_update
 
@@ -228,7 +180,7 @@ _CLASSES: dict = {}
 
 
 def _optimizer_class(path: str):
-    """``(class, a bare instance)`` of the optimizer named ``module:QualName`` (its ``_update`` is called)."""
+    """``(class, a bare instance)`` of the optimizer named ``module:QualName`` (its ``_apply`` is called)."""
     hit = _CLASSES.get(path)
     if hit is None:
         import importlib
@@ -252,29 +204,18 @@ def _generic_kernel(xp):
         pres = np.asarray(present).reshape(-1)
         was = {name: bool(pres[k]) for k, name in enumerate(names)}
         for i0, i1 in _chunks(params):
-            run(cls, inst, group, params[i0:i1], grads[i0:i1],
-                [states[k * n + i0:k * n + i1] for k in range(len(names))], names, int(step), was, inplace)
+            ps = params[i0:i1]
+            st, backs = {}, []
+            for k, name in enumerate(names):
+                st[name], back = _flat(xp, states[k * n + i0:k * n + i1], inplace)
+                backs.append(back)
+            numels = np.array([int(a.size) for a in ps], dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(numels)[:-1]]).astype(np.int64)
+            cls._apply(inst, group, ps, grads[i0:i1], st, int(step), (starts, numels, was), _ctx(xp, ps))
+            for back in backs:
+                if back is not None:
+                    back()
         return tuple(params) + tuple(states)
-
-    def run(cls, inst, group, params, grads, states, names, step, was, inplace):
-        p, p_back = _flat(xp, params, inplace)
-        cd = _compute_dtype(p)
-        g = _gather(xp, grads, cd, inplace)
-        if group.get("maximize", False):
-            xp.negative(g, out=g)
-        st, backs = {}, [p_back]
-        for name, arrays in zip(names, states):
-            st[name], back = _flat(xp, arrays, inplace)
-            backs.append(back)
-        numels = np.array([int(a.size) for a in params], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(numels)[:-1]]).astype(np.int64)
-        pc = p.astype(cd) if p.dtype != cd else p
-        cls._update(inst, group, pc, g, st, step, (starts, numels, was))
-        if pc is not p:
-            p[...] = pc
-        for back in backs:
-            if back is not None:
-                back()
 
     return optimizer_update
 

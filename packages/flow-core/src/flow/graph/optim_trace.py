@@ -2,7 +2,8 @@
 
 ``optimizer.step()`` records one fused update op per parameter group and dtype bucket (see
 :mod:`flow.graph.optim_ops` for the ops), with the optimizer's state buffers as state inputs
-bound to the live flat buffers, the learning rate and step counts as host inputs fed before
+bound to the live flat state buffers (the parameters themselves are state tensors: their live
+arrays, updated in place), the learning rate and step counts as host inputs fed before
 each run, and an effect that bumps the step counters after it. Dropout's host-drawn mask
 becomes the ``bernoulli_mask`` op.
 """
@@ -37,7 +38,9 @@ def prepare(opt) -> None:
 
 
 def sync(opt) -> None:
-    """Before each run: re-flatten a group whose parameters were re-pointed (param.data = ..., flow.load)."""
+    """Before each run: check options changed since the last run (``group["lr"] = x``) and take the
+    parameters' new arrays where they were replaced (``param.data = ...``, ``flow.load``)."""
+    opt._revalidate()
     for gi in range(len(opt.param_groups)):
         opt._buckets(gi)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flow.optim._hyper import Real
 from flow.optim.optimizer import Optimizer, _float
 
 
@@ -14,23 +15,14 @@ class Adagrad(Optimizer):
     when the optimizer is built, not at the first step.
     """
 
+    _hyper = {"lr_decay": Real("lr_decay value", 0.0),
+              "initial_accumulator_value": Real("initial_accumulator_value value", 0.0)}
+
     def __init__(self, params, lr=1e-2, lr_decay: float = 0, weight_decay: float = 0,
                  initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False) -> None:
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value, maximize=maximize)
         super().__init__(params, defaults)
-
-    def _validate_group(self, group: dict) -> None:
-        if _float(group["lr"]) < 0.0:
-            raise ValueError(f"Invalid learning rate: {group['lr']}")
-        if group["lr_decay"] < 0.0:
-            raise ValueError(f"Invalid lr_decay value: {group['lr_decay']}")
-        if group["weight_decay"] < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
-        if group["initial_accumulator_value"] < 0.0:
-            raise ValueError(f"Invalid initial_accumulator_value value: {group['initial_accumulator_value']}")
-        if group["eps"] < 0.0:
-            raise ValueError(f"Invalid epsilon value: {group['eps']}")
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)

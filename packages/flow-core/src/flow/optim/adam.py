@@ -6,39 +6,32 @@ import math
 
 import numpy as np
 
-from flow.optim._flat import use_native
+from flow.optim._foreach import adam_step
+from flow.optim._hyper import Flag
 from flow.optim.optimizer import Optimizer, _float
 
 
 class Adam(Optimizer):
     """torch.optim.Adam: L2 weight decay added to the gradient (``decoupled_weight_decay=False``).
 
-    One fused native kernel call (``native.adam_update``) per parameter group and dtype; NumPy
-    over the flat buffers when the extension is missing or for float16/bfloat16 (float32 states).
+    One fused native multi-tensor call (``native.adam_update_multi``) per run of parameters, each
+    updated in its own memory; NumPy over a gathered copy when the extension is missing.
+    float16/bfloat16 parameters are updated in float32 (float32 states).
+
+    >>> opt = flow.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999))
     """
 
     _decoupled = False
+    _hyper = {"amsgrad": Flag(), "decoupled_weight_decay": Flag()}
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
                  amsgrad: bool = False, *, maximize: bool = False, decoupled_weight_decay: bool | None = None) -> None:
         if decoupled_weight_decay is None:
             decoupled_weight_decay = self._decoupled
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                        maximize=maximize, decoupled_weight_decay=bool(decoupled_weight_decay))
+        defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas, eps=eps,
+                        weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
+                        decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
-
-    def _validate_group(self, group: dict) -> None:
-        if _float(group["lr"]) < 0.0:
-            raise ValueError(f"Invalid learning rate: {group['lr']}")
-        if group["eps"] < 0.0:
-            raise ValueError(f"Invalid epsilon value: {group['eps']}")
-        b1, b2 = group["betas"]
-        if not 0.0 <= b1 < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {b1}")
-        if not 0.0 <= b2 < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {b2}")
-        if group["weight_decay"] < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
 
     def _state_names(self, group: dict) -> dict:
         names = {"exp_avg": 0.0, "exp_avg_sq": 0.0}
@@ -46,20 +39,18 @@ class Adam(Optimizer):
             names["max_exp_avg_sq"] = 0.0
         return names
 
-    def _reads_grad_only(self, group, b) -> bool:
-        return not b.low and use_native(b.flat)  # the native kernel takes the gradient read-only
+    def _args(self, group: dict) -> tuple:
+        b1, b2 = (float(b) for b in group["betas"])
+        return (_float(group["lr"]), b1, b2, float(group["eps"]), float(group["weight_decay"]),
+                bool(group.get("decoupled_weight_decay", self._decoupled)), bool(group["amsgrad"]))
+
+    def _apply(self, group, params, grads, state, step, layout, ctx) -> None:
+        xp, cdtype, scratch = ctx
+        adam_step(xp, params, grads, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), cdtype,
+                  scratch, step, *self._args(group), bool(group.get("maximize", False)))
 
     def _update(self, group, p, g, state, step, layout) -> None:
-        b1, b2 = (float(b) for b in group["betas"])
-        args = (_float(group["lr"]), b1, b2, float(group["eps"]), float(group["weight_decay"]),
-                bool(group.get("decoupled_weight_decay", self._decoupled)), bool(group["amsgrad"]))
-        m, v, vmax = state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq")
-        if use_native(p):
-            from flow.backends.cpu import native
-
-            native.adam_update(p, g, m, v, vmax, step, *args)
-            return
-        adam_numpy(p, g, m, v, vmax, step, *args)
+        adam_numpy(p, g, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), step, *self._args(group))
 
 
 class AdamW(Adam):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from flow.optim._flat import segment_norms
+from flow.optim._hyper import Flag
 from flow.optim.optimizer import Optimizer, _float
 
 
@@ -25,22 +26,13 @@ class LAMB(Optimizer):
     State: ``step``, ``exp_avg``, ``exp_avg_sq`` (as Adam's).
     """
 
+    _hyper = {"bias_correction": Flag()}
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0,
                  bias_correction: bool = True, *, maximize: bool = False) -> None:
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                        bias_correction=bias_correction, maximize=maximize)
+        defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas, eps=eps,
+                        weight_decay=weight_decay, bias_correction=bias_correction, maximize=maximize)
         super().__init__(params, defaults)
-
-    def _validate_group(self, group: dict) -> None:
-        if _float(group["lr"]) < 0.0:
-            raise ValueError(f"Invalid learning rate: {group['lr']}")
-        if group["eps"] < 0.0:
-            raise ValueError(f"Invalid epsilon value: {group['eps']}")
-        for i, b in enumerate(group["betas"]):
-            if not 0.0 <= b < 1.0:
-                raise ValueError(f"Invalid beta parameter at index {i}: {b}")
-        if group["weight_decay"] < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
 
     def _state_names(self, group: dict) -> dict:
         return {"exp_avg": 0.0, "exp_avg_sq": 0.0}

@@ -1,10 +1,12 @@
-"""``flow.optim.Optimizer``: parameter groups, flat fused storage, PyTorch-format state dicts.
+"""``flow.optim.Optimizer``: parameter groups, flat fused state, PyTorch-format state dicts.
 
-Subclasses declare their hyper-parameters (``defaults``), the state buffers they need
-(:meth:`Optimizer._state_names`) and one update over a contiguous run of a bucket
-(:meth:`Optimizer._update`); the base class keeps each group's parameters, gradients and states
-as views into flat buffers (see :mod:`flow.optim._flat`), so :meth:`step` is one fused update per
-group and dtype.
+Subclasses declare their hyper-parameters (``defaults``, checked against the table
+:attr:`Optimizer._hyper`), the state buffers they need (:meth:`Optimizer._state_names`) and one
+update over a run of parameters: :meth:`Optimizer._update` over the run gathered into one
+contiguous buffer, or, where a fused multi-tensor kernel exists, :meth:`Optimizer._apply` over
+the parameters' own arrays. Parameters are always updated in their own memory, so every view and
+alias of a parameter sees the new values; the states live in flat buffers (see
+:mod:`flow.optim._flat`), so :meth:`step` is a few fused updates per group and dtype.
 
 ``state_dict()`` follows PyTorch's format: ``{"state": {index: {name: tensor}}, "param_groups":
 [{...options, "params": [index, ...]}]}``, indices counting parameters across groups in order.
@@ -12,14 +14,16 @@ group and dtype.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
-from typing import Any, Callable, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 
 from flow._tensor import Tensor
-from flow.optim._flat import FlatBucket
+from flow.optim import _hyper
+from flow.optim._flat import FlatBucket, check_param_array
+from flow.optim._foreach import flat_update
+from flow.optim.errors import OptimizerError, OptimizerTypeError
 
 
 class _Required:
@@ -43,86 +47,131 @@ class Optimizer:
 
     ``params`` is an iterable of tensors or of dicts (parameter groups: ``{"params": [...],
     "lr": ...}``); options missing from a group come from ``defaults``.
+
+    >>> w = flow.nn.Parameter(flow.zeros(3))
+    >>> opt = flow.optim.SGD([w], lr=0.1)
+    >>> w.grad = flow.ones(3); opt.step(); w.tolist()
+    [-0.1, -0.1, -0.1]
     """
 
     #: subclasses that keep a ``step`` count in their state (Adam, ...) set this
     _has_step = True
+    #: ``{argument: spec}`` of the hyper-parameters this optimizer checks (see :mod:`flow.optim._hyper`),
+    #: on top of :data:`flow.optim._hyper.COMMON`
+    _hyper: dict = {}
 
     def __init__(self, params: Iterable, defaults: dict) -> None:
         self.defaults = dict(defaults)
         self.param_groups: list[dict] = []
         self._flat: list[tuple[tuple, list[FlatBucket]] | None] = []
-        if isinstance(params, Tensor):
-            raise TypeError(
-                "params argument given to the optimizer should be an iterable of Tensors or dicts, but got a Tensor"
-            )
-        if isinstance(params, (set, frozenset)):
-            raise TypeError("optimizer parameters need to be organized in ordered collections, but got a set")
-        groups = list(params)
-        if len(groups) == 0:
-            raise ValueError("optimizer got an empty parameter list")
-        if not isinstance(groups[0], dict):
-            groups = [{"params": groups}]
-        for g in groups:
+        self._checked: list[tuple] = []  # per group: the (keys, values) last validated
+        specs = self._specs()
+        name = type(self).__name__
+        for k, v in self.defaults.items():
+            if v is not required and k in specs:
+                specs[k].check(name, k, v)
+        for g in _split_groups(name, params):
             self.add_param_group(g)
+        if not any(g["params"] for g in self.param_groups):
+            raise OptimizerError(f"{name}: optimizer got an empty parameter list")
 
     # -- parameter groups -------------------------------------------------------------------
+    @classmethod
+    def _specs(cls) -> dict:
+        return {**_hyper.COMMON, **cls._hyper}
+
     def add_param_group(self, param_group: dict) -> None:
-        """Add a group of parameters with its own options (missing ones come from ``defaults``)."""
-        if not isinstance(param_group, dict):
-            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+        """Add a group of parameters with its own options (missing ones come from ``defaults``).
+
+        Every check runs before the optimizer changes: a bad group leaves it as it was."""
+        name = type(self).__name__
+        if not isinstance(param_group, Mapping):
+            raise OptimizerTypeError(f"{name}: param_group must be a dict, got {type(param_group).__name__}")
+        if "params" not in param_group:
+            raise OptimizerError(f"{name}: param_group has no 'params' entry (keys: {sorted(param_group)})")
         group = dict(param_group)
-        params = group["params"]
-        if isinstance(params, Tensor):
-            params = [params]
-        elif isinstance(params, (set, frozenset)):
-            raise TypeError("optimizer parameters need to be organized in ordered collections, but got a set")
-        else:
-            params = list(params)
-        seen = set()
-        for p in params:
+        gi = len(self.param_groups)
+        params = _param_list(name, group["params"], f"param_groups[{gi}]['params']")
+        seen: set[int] = set()
+        for j, p in enumerate(params):
+            label = f"param_groups[{gi}]['params'][{j}]"
             if not isinstance(p, Tensor):
-                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
-            if not p.is_leaf:
-                raise ValueError("can't optimize a non-leaf Tensor")
+                raise OptimizerTypeError(f"{name}: optimizer can only optimize Tensors, but {label} is "
+                                         f"{type(p).__name__}")
             if not p.dtype.is_floating_point:
-                raise TypeError(f"optimizer can only optimize floating-point Tensors, got {p.dtype}")
+                raise OptimizerTypeError(f"{name}: optimizer can only optimize floating-point Tensors, but "
+                                         f"{label} is {p.dtype}")
+            if not p.is_leaf:
+                raise OptimizerError(f"{name}: can't optimize a non-leaf Tensor ({label}, shape "
+                                     f"{tuple(p.shape)}, computed by {type(p.grad_fn).__name__}); optimize the "
+                                     "leaf it was computed from, or pass t.detach().requires_grad_()")
             if id(p) in seen:
-                raise ValueError("a parameter appears more than once in one parameter group")
+                raise OptimizerError(f"{name}: {label} (shape {tuple(p.shape)}) appears more than once in one "
+                                     "parameter group")
             seen.add(id(p))
-        group["params"] = params
-        for name, default in self.defaults.items():
-            if default is required and name not in group:
-                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {name}")
-            group.setdefault(name, default)
-        for g in self.param_groups:
+            check_param_array(name, label, p)
+        for k, g in enumerate(self.param_groups):
             if any(id(p) in seen for p in g["params"]):
-                raise ValueError("some parameters appear in more than one parameter group")
+                raise OptimizerError(f"{name}: some parameters appear in more than one parameter group "
+                                     f"(groups {k} and {gi})")
+        group["params"] = params
+        for k, default in self.defaults.items():
+            if default is required and k not in group:
+                raise OptimizerError(f"{name}: parameter group didn't specify a value of required optimization "
+                                     f"parameter {k}")
+            group.setdefault(k, default)
         self._validate_group(group)
         self.param_groups.append(group)
         self._flat.append(None)
+        self._checked.append(_signature(group))
 
     def _validate_group(self, group: dict) -> None:
-        """Check a group's options (subclasses raise ValueError for invalid values)."""
+        """Check a group's options: types and ranges from :attr:`_hyper`, then :meth:`_check_group`."""
+        _hyper.check_group(type(self).__name__, self._specs(), group)
+        self._check_group(group)
+
+    def _check_group(self, group: dict) -> None:
+        """Rules between options (Nesterov needs momentum ...); subclasses raise OptimizerError."""
+
+    def _revalidate(self) -> None:
+        """Check again the groups whose options changed since they were last checked (``group["lr"] = x``
+        by the user or a scheduler): one identity comparison per option when nothing changed."""
+        while len(self._checked) < len(self.param_groups):
+            self._checked.append(())
+        for gi, group in enumerate(self.param_groups):
+            keys, values = self._checked[gi] or ((), ())
+            if len(keys) != len(group) or any(a is not b for a, b in zip(values, group.values())) \
+                    or tuple(group) != keys:
+                self._validate_group(group)
+                self._checked[gi] = _signature(group)
 
     # -- flat storage ---------------------------------------------------------------------------
     def _buckets(self, gi: int) -> list[FlatBucket]:
-        """The flat buckets of group ``gi``, (re)built when its parameters or their arrays changed."""
+        """The flat buckets of group ``gi``: the parameters' arrays re-read when they were replaced, the group
+        rebuilt (states carried over) when its parameters, their dtypes or shapes changed."""
         while len(self._flat) < len(self.param_groups):
             self._flat.append(None)
         params = self.param_groups[gi]["params"]
         key = tuple(id(p) for p in params)
         entry = self._flat[gi]
-        if entry is not None and entry[0] == key and all(b.in_sync() for b in entry[1]):
-            return entry[1]
-        old = entry[1] if entry is not None else []
+        if entry is not None and entry[0] == key:
+            if all(b.in_sync() for b in entry[1]):
+                return entry[1]
+            if all(b.in_sync() or b.refresh() for b in entry[1]):
+                return entry[1]
+        self._flat[gi] = (key, self._make_buckets(gi, entry[1] if entry is not None else []))
+        return self._flat[gi][1]
+
+    def _make_buckets(self, gi: int, old: list[FlatBucket]) -> list[FlatBucket]:
         carried = _collect(old)
-        by_dtype: dict = {}
-        for p in params:
-            by_dtype.setdefault((p.dtype, p.device), []).append(p)
-        buckets = [FlatBucket(ps) for ps in by_dtype.values()]
         group = self.param_groups[gi]
-        for b in buckets:
+        by_dtype: dict = {}
+        for j, p in enumerate(group["params"]):
+            by_dtype.setdefault((p.dtype, p.device), []).append((j, p))
+        buckets = []
+        for items in by_dtype.values():
+            labels = [f"param_groups[{gi}]['params'][{j}]" for j, _ in items]
+            b = FlatBucket([p for _, p in items], type(self).__name__, labels)
             self._init_bucket(group, b)
             for i, p in enumerate(b.params):
                 c = carried.get(id(p))
@@ -131,7 +180,7 @@ class Optimizer:
                 b.steps[i] = c[0]
                 for name, arr in c[1].items():
                     b.set_param_state(i, name, arr)
-        self._flat[gi] = (key, buckets)
+            buckets.append(b)
         return buckets
 
     def _all_buckets(self):
@@ -153,6 +202,16 @@ class Optimizer:
         its size, and which states held a value before this step."""
         raise NotImplementedError
 
+    def _apply(self, group: dict, params: list, grads: list, state: dict, step: int, layout, ctx) -> None:
+        """Update the run's parameter arrays ``params`` (each in place, in its own memory) from ``grads``.
+
+        ``ctx`` is ``(xp, compute dtype, scratch)``. The default gathers the run into one buffer, calls
+        :meth:`_update` and writes the values back; SGD and Adam override it with a fused multi-tensor
+        kernel over the arrays themselves. The graph-mode update ops call it too."""
+        xp, cdtype, scratch = ctx
+        flat_update(lambda p, g: self._update(group, p, g, state, step, layout), xp, params, grads, cdtype,
+                    scratch, bool(group.get("maximize", False)))
+
     # -- the public API -----------------------------------------------------------------------
     def step(self, closure: Callable | None = None):
         """Update every parameter that has a gradient; ``closure`` re-evaluates the model and returns the loss."""
@@ -166,6 +225,7 @@ class Optimizer:
 
             with enable_grad():
                 loss = closure()
+        self._revalidate()
         for gi, group in enumerate(self.param_groups):
             names = self._state_names(group)
             for b in self._buckets(gi):
@@ -173,29 +233,20 @@ class Optimizer:
                     self._step_run(group, b, names, i0, i1)
         return loss
 
-    def _reads_grad_only(self, group: dict, b: FlatBucket) -> bool:
-        """Whether :meth:`_update` leaves ``g`` untouched for this group and bucket (then a parameter's own
-        gradient can be passed instead of a copy). Subclasses whose update only reads it say so."""
-        return False
-
     def _step_run(self, group: dict, b: FlatBucket, names: dict, i0: int, i1: int) -> None:
         o0, o1 = int(b.offsets[i0]), int(b.offsets[i1])
-        maximize = group.get("maximize", False)
-        g = b.gather_grads(i0, i1, copy=maximize or not self._reads_grad_only(group, b))
-        if maximize:
-            b.xp.negative(g, out=g)
-        b.steps[i0:i1] += 1
-        step = int(b.steps[i0])
+        grads = b.grads(i0, i1)
+        step = int(b.steps[i0]) + 1
         was = {}
         state = {}
         for name, fill in names.items():
             buf = b.state(name, fill)
             was[name] = bool(b.present[name][i0])
             state[name] = buf[o0:o1]
-        p = b.param_slice(o0, o1)
         starts = b.offsets[i0:i1] - o0
-        self._update(group, p, g, state, step, (starts, b.numels[i0:i1], was))
-        b.write_back(o0, o1, p)
+        self._apply(group, b.arrays[i0:i1], grads, state, step, (starts, b.numels[i0:i1], was),
+                    (b.xp, b.cdtype, b.scratch))
+        b.steps[i0:i1] = step
         for name in names:
             b.present[name][i0:i1] = True
 
@@ -254,42 +305,14 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state produced by :meth:`state_dict` (group options and per-parameter states)."""
-        saved_groups = state_dict["param_groups"]
-        if len(saved_groups) != len(self.param_groups):
-            raise ValueError("loaded state dict has a different number of parameter groups")
-        for i, (g, s) in enumerate(zip(self.param_groups, saved_groups)):
-            if len(g["params"]) != len(s["params"]):
-                raise ValueError(
-                    f"loaded state dict contains a parameter group {i} with {len(s['params'])} parameters, "
-                    f"which doesn't match the size of the optimizer's group ({len(g['params'])})"
-                )
-        id_map = {}
-        for g, s in zip(self.param_groups, saved_groups):
-            for p, idx in zip(g["params"], s["params"]):
-                id_map[idx] = p
-        saved_state = state_dict.get("state", {})
-        new_groups = []
-        for g, s in zip(self.param_groups, saved_groups):
-            ng = {k: copy.deepcopy(v) for k, v in s.items() if k != "params"}
-            ng["params"] = g["params"]
-            new_groups.append(ng)
-        self.param_groups = new_groups
-        by_param = {id(id_map[k]): v for k, v in saved_state.items() if k in id_map}
-        for group, b in self._all_buckets():
-            b.clear_state()
-            self._init_bucket(group, b)
-            for i, p in enumerate(b.params):
-                st = by_param.get(id(p))
-                if st is None:
-                    continue
-                for name, value in st.items():
-                    if value is None:
-                        continue
-                    if name == "step":
-                        b.steps[i] = int(round(_float(value)))
-                    else:
-                        b.set_param_state(i, name, value)
+        """Load a state produced by :meth:`state_dict` (group options and per-parameter states).
+
+        The whole state dict is checked first (number of groups and parameters, options, state names and
+        shapes); a mismatch raises OptimizerError and leaves the optimizer as it was."""
+        from flow.optim._state_dict import apply_state, check_state_dict
+
+        groups, by_param = check_state_dict(self, state_dict)
+        apply_state(self, groups, by_param)
 
     def __repr__(self) -> str:
         lines = [type(self).__name__ + " ("]
@@ -300,6 +323,43 @@ class Optimizer:
                     lines.append(f"    {k}: {group[k]}")
         lines.append(")")
         return "\n".join(lines)
+
+
+def _signature(group: dict) -> tuple:
+    return tuple(group), tuple(group.values())
+
+
+def _split_groups(name: str, params) -> list:
+    """The constructor's ``params`` as a list of group dicts."""
+    if isinstance(params, Tensor):
+        raise OptimizerTypeError(f"{name}: params argument given to the optimizer should be an iterable of Tensors "
+                                 "or dicts, but got a Tensor (wrap it in a list)")
+    if isinstance(params, Mapping):
+        raise OptimizerTypeError(f"{name}: params argument given to the optimizer should be an iterable of Tensors "
+                                 "or dicts, but got a dict (pass a list of parameter groups: [{'params': ...}])")
+    items = _param_list(name, params, "params")
+    if not items:
+        raise OptimizerError(f"{name}: optimizer got an empty parameter list")
+    dicts = [isinstance(x, Mapping) for x in items]
+    if all(dicts):
+        return items
+    if any(dicts):
+        raise OptimizerTypeError(f"{name}: params mixes parameter groups (dicts) and Tensors; pass either "
+                                 "Tensors or dicts")
+    return [{"params": items}]
+
+
+def _param_list(name: str, params, what: str) -> list:
+    if isinstance(params, Tensor):
+        return [params]
+    if isinstance(params, (set, frozenset)):
+        raise OptimizerTypeError(f"{name}: optimizer parameters need to be organized in ordered collections, but "
+                                 f"{what} is a set (its order varies between runs); use a list")
+    if isinstance(params, (str, bytes)) or not isinstance(params, Iterable):
+        hint = " (pass model.parameters())" if hasattr(params, "parameters") else ""
+        raise OptimizerTypeError(f"{name}: {what} must be an iterable of Tensors, got {type(params).__name__}"
+                                 f"{hint}")
+    return list(params)
 
 
 def _collect(buckets: list[FlatBucket]) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flow.optim._hyper import Flag, Real
 from flow.optim.optimizer import Optimizer, _float
 
 
@@ -14,23 +15,13 @@ class RMSprop(Optimizer):
     buffer of the scaled steps.
     """
 
+    _hyper = {"alpha": Real("alpha value", 0.0, 1.0), "centered": Flag()}
+
     def __init__(self, params, lr=1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0,
                  momentum: float = 0, centered: bool = False, *, maximize: bool = False) -> None:
         defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
                         weight_decay=weight_decay, maximize=maximize)
         super().__init__(params, defaults)
-
-    def _validate_group(self, group: dict) -> None:
-        if _float(group["lr"]) < 0.0:
-            raise ValueError(f"Invalid learning rate: {group['lr']}")
-        if group["eps"] < 0.0:
-            raise ValueError(f"Invalid epsilon value: {group['eps']}")
-        if group["momentum"] < 0.0:
-            raise ValueError(f"Invalid momentum value: {group['momentum']}")
-        if group["weight_decay"] < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
-        if group["alpha"] < 0.0:
-            raise ValueError(f"Invalid alpha value: {group['alpha']}")
 
     def _state_names(self, group: dict) -> dict:
         names = {"square_avg": 0.0}

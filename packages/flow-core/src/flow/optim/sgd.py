@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from flow.optim._flat import use_native
-from flow.optim.optimizer import Optimizer, _float, required
+from flow.optim._foreach import sgd_step
+from flow.optim._hyper import Flag, Real
+from flow.optim.errors import OptimizerError
+from flow.optim.optimizer import Optimizer, _float
 
 
 class SGD(Optimizer):
     """torch.optim.SGD: ``p -= lr * d`` with ``d`` the (weight-decayed, momentum-averaged) gradient.
 
-    One fused native kernel call (``native.sgd_update``) per parameter group and dtype; a NumPy
-    expression over the flat buffers when the extension is missing or for float16/bfloat16
-    (updated in float32).
+    One fused native multi-tensor call (``native.sgd_update_multi``) per run of parameters, each
+    updated in its own memory; vectorised NumPy over a gathered copy when the extension is missing.
+    float16/bfloat16 parameters are updated in float32 (float32 momentum buffers).
+
+    >>> opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
     """
 
     _has_step = False
+    _hyper = {"dampening": Real("dampening value", 0.0, 1.0), "nesterov": Flag()}
 
     def __init__(self, params, lr=1e-3, momentum: float = 0, dampening: float = 0, weight_decay: float = 0,
                  nesterov: bool = False, *, maximize: bool = False) -> None:
@@ -22,33 +27,27 @@ class SGD(Optimizer):
                         nesterov=nesterov, maximize=maximize)
         super().__init__(params, defaults)
 
-    def _validate_group(self, group: dict) -> None:
-        if group["lr"] is not required and _float(group["lr"]) < 0.0:
-            raise ValueError(f"Invalid learning rate: {group['lr']}")
-        if group["momentum"] < 0.0:
-            raise ValueError(f"Invalid momentum value: {group['momentum']}")
-        if group["weight_decay"] < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
+    def _check_group(self, group: dict) -> None:
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+            raise OptimizerError(f"SGD: Nesterov momentum requires a momentum and zero dampening, got momentum="
+                                 f"{group['momentum']!r} and dampening={group['dampening']!r}")
 
     def _state_names(self, group: dict) -> dict:
         return {"momentum_buffer": 0.0} if group["momentum"] != 0 else {}
 
-    def _reads_grad_only(self, group, b) -> bool:
-        return not b.low and use_native(b.flat)  # the native kernel takes the gradient read-only
-
-    def _update(self, group, p, g, state, step, layout) -> None:
-        lr, mom, damp = _float(group["lr"]), float(group["momentum"]), float(group["dampening"])
-        wd, nesterov = float(group["weight_decay"]), bool(group["nesterov"])
+    def _apply(self, group, params, grads, state, step, layout, ctx) -> None:
+        xp, cdtype, scratch = ctx
         buf = state.get("momentum_buffer")
         first = buf is not None and not layout[2]["momentum_buffer"]
-        if use_native(p):
-            from flow.backends.cpu import native
+        sgd_step(xp, params, grads, buf, cdtype, scratch, _float(group["lr"]), float(group["momentum"]),
+                 float(group["dampening"]), bool(group["nesterov"]), float(group["weight_decay"]), first,
+                 bool(group.get("maximize", False)))
 
-            native.sgd_update(p, g, buf, lr, mom, damp, nesterov, wd, first)
-            return
-        sgd_numpy(p, g, buf, lr, mom, damp, nesterov, wd, first)
+    def _update(self, group, p, g, state, step, layout) -> None:
+        buf = state.get("momentum_buffer")
+        first = buf is not None and not layout[2]["momentum_buffer"]
+        sgd_numpy(p, g, buf, _float(group["lr"]), float(group["momentum"]), float(group["dampening"]),
+                  bool(group["nesterov"]), float(group["weight_decay"]), first)
 
 
 def sgd_numpy(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step) -> None:
