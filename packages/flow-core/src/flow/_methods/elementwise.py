@@ -6,7 +6,7 @@ import flow.ops.arith as _A
 import flow.ops.compare as _C
 import flow.ops.unary as _U
 from flow._dispatch import binary
-from flow.ops.inplace import apply_inplace
+from flow.ops.inplace import apply_inplace, inplace_call
 
 _ADD, _SUB, _MUL, _DIV, _POW = _A.ADD, _A.SUB, _A.MUL, _A.DIV, _A.POW
 
@@ -405,10 +405,10 @@ class ElementwiseMethods:
         return apply_inplace(self, _U.lerp(self, end, weight), "lerp_")
 
     def addcmul_(self, tensor1, tensor2, *, value=1):
-        return apply_inplace(self, self + tensor1 * tensor2 * value, "addcmul_")
+        return inplace_call(self, "addcmul_", lambda x, a, b: x + a * b * value, tensor1, tensor2)
 
     def addcdiv_(self, tensor1, tensor2, *, value=1):
-        return apply_inplace(self, self + tensor1 / tensor2 * value, "addcdiv_")
+        return inplace_call(self, "addcdiv_", lambda x, a, b: x + a / b * value, tensor1, tensor2)
 
     def addcmul(self, tensor1, tensor2, *, value=1):
         return self + tensor1 * tensor2 * value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import flow.ops.linalg as _L
-from flow.ops.inplace import apply_inplace
+from flow.ops.inplace import inplace_call
 
 
 class LinalgMethods:
@@ -46,7 +46,7 @@ class LinalgMethods:
         return _L.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
 
     def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
-        return apply_inplace(self, _L.addmm(self, mat1, mat2, beta=beta, alpha=alpha), "addmm_")
+        return inplace_call(self, "addmm_", lambda x, a, b: _L.addmm(x, a, b, beta=beta, alpha=alpha), mat1, mat2)
 
     def addmv(self, mat, vec, *, beta=1, alpha=1):
         return _L.addmv(self, mat, vec, beta=beta, alpha=alpha)
@@ -58,7 +58,8 @@ class LinalgMethods:
         return _L.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
 
     def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
-        return apply_inplace(self, _L.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha), "baddbmm_")
+        return inplace_call(self, "baddbmm_", lambda x, a, b: _L.baddbmm(x, a, b, beta=beta, alpha=alpha), batch1,
+                            batch2)
 
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         return _L.addbmm(self, batch1, batch2, beta=beta, alpha=alpha)

@@ -20,6 +20,36 @@ def check_inplace_allowed(self, op: str) -> None:
         )
 
 
+def inplace_call(self, op: str, fn, *args):
+    """``self.<op>(*args)`` for an in-place op written as a composite: ``fn(src, *args)`` computes the
+    result out of place, then it is written into ``self``.
+
+    The ops inside ``fn`` save what their gradients need, ``self`` among it; writing into ``self``
+    would then change (and invalidate) what they saved. So under autograd ``fn`` gets a snapshot of
+    ``self``: a copy of its values that carries its autograd history (``grad_fn``), as PyTorch keeps
+    the old values an in-place op's gradient needs. Without autograd there is no copy.
+    """
+    from flow._tensor import Tensor
+
+    check_inplace_allowed(self, op)
+    src = self
+    if STATE.grad_enabled and (self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args)):
+        src = _snapshot(self)
+    return apply_inplace(self, fn(src, *args), op)
+
+
+def _snapshot(self):
+    """A copy of ``self``'s values with its autograd identity and a version counter of its own."""
+    from flow._tensor import Tensor
+
+    snap = Tensor._make(self._data.copy(), self.dtype, self.device)
+    snap._requires_grad = self._requires_grad
+    snap.grad_fn = self.grad_fn
+    if self.grad_fn is not None:
+        snap._out_idx = self._out_idx
+    return snap
+
+
 def apply_inplace(self, result, op: str):
     """Make ``self`` hold ``result`` in place and take over its autograd history."""
     from flow._tensor import Tensor
@@ -46,11 +76,7 @@ def apply_inplace(self, result, op: str):
                 if snap is None:
                     # The snapshot holds the old values with a version counter of its own, so later
                     # in-place ops on ``self`` do not invalidate this node.
-                    snap = Tensor._make(self._data.copy(), self.dtype, self.device)
-                    snap._requires_grad = self._requires_grad
-                    snap.grad_fn = self.grad_fn
-                    if self.grad_fn is not None:
-                        snap._out_idx = self._out_idx
+                    snap = _snapshot(self)
                 saved[i] = snap
         if snap is not None:
             n_in = sum(len(x) if isinstance(x, (list, tuple)) else 1 for x in node.saved_in
@@ -73,6 +99,10 @@ def apply_inplace(self, result, op: str):
         self.grad_fn = node
         self._out_idx = result._out_idx
         self._requires_grad = True
+    elif self._requires_grad and STATE.grad_enabled:
+        # the new value does not depend on the old one (copy_ from a constant, an integer-valued result):
+        # the old history gets a zero gradient instead of the gradient of the new value
+        rebase_constant(self, op)
     return self
 
 

@@ -29,6 +29,7 @@ OP_MODULES = (
     "flow.ops.nn_pool",
     "flow.ops.nn_norm",
     "flow.ops.nn_loss",
+    "flow.ops.nn_bce",
     "flow.ops.nn_misc",
 )
 

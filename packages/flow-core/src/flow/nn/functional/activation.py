@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
+from flow.ops.inplace import inplace_call
 from flow.ops.nn_act import log_softmax, silu, softmax, softmin
 from flow.ops.unary import clamp, expm1, sigmoid, softplus, tanh, where
 from flow.ops.unary import relu as _relu
@@ -38,18 +39,18 @@ def _float(op, x):
         raise OpTypeError(op, f"'input' must be a floating-point tensor, got {x.dtype}")
 
 
-def _finish(input, out, name, inplace):
+def _finish(input, fn, name, inplace):
+    """``fn(input)``; with ``inplace=True`` written into ``input`` (``fn`` then sees a snapshot of
+    ``input`` under autograd, so its saved values survive the write: see ``inplace_call``)."""
     if inplace:
-        from flow.ops.inplace import apply_inplace
-
-        return apply_inplace(input, out, name + "_")
-    return out
+        return inplace_call(input, name + "_", fn)
+    return fn(input)
 
 
 def relu(input, inplace: bool = False):
     """``max(x, 0)``."""
     _check("relu", input)
-    return _finish(input, _relu(input), "relu", inplace)
+    return _finish(input, _relu, "relu", inplace)
 
 
 def relu_(input):
@@ -59,7 +60,7 @@ def relu_(input):
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
     """``x`` for ``x > 0``, else ``negative_slope * x``."""
     _float("leaky_relu", input)
-    return _finish(input, where(input > 0, input, input * float(negative_slope)), "leaky_relu", inplace)
+    return _finish(input, lambda x: where(x > 0, x, x * float(negative_slope)), "leaky_relu", inplace)
 
 
 def leaky_relu_(input, negative_slope: float = 0.01):
@@ -75,7 +76,7 @@ def _elu(input, alpha: float, scale: float = 1.0, input_scale: float = 1.0):
 def elu(input, alpha: float = 1.0, inplace: bool = False):
     """``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``."""
     _float("elu", input)
-    return _finish(input, _elu(input, float(alpha)), "elu", inplace)
+    return _finish(input, lambda x: _elu(x, float(alpha)), "elu", inplace)
 
 
 def elu_(input, alpha: float = 1.0):
@@ -85,7 +86,7 @@ def elu_(input, alpha: float = 1.0):
 def selu(input, inplace: bool = False):
     """``scale * elu(x, alpha)`` with the self-normalising constants."""
     _float("selu", input)
-    return _finish(input, _elu(input, _SELU_ALPHA, _SELU_SCALE), "selu", inplace)
+    return _finish(input, lambda x: _elu(x, _SELU_ALPHA, _SELU_SCALE), "selu", inplace)
 
 
 def selu_(input):
@@ -97,7 +98,7 @@ def celu(input, alpha: float = 1.0, inplace: bool = False):
     _float("celu", input)
     if alpha == 0:
         raise OpError("celu", "'alpha' must not be 0")
-    return _finish(input, _elu(input, float(alpha), 1.0, 1.0 / float(alpha)), "celu", inplace)
+    return _finish(input, lambda x: _elu(x, float(alpha), 1.0, 1.0 / float(alpha)), "celu", inplace)
 
 
 def celu_(input, alpha: float = 1.0):
@@ -115,7 +116,7 @@ def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool =
     _check("hardtanh", input)
     if min_val > max_val:
         raise OpError("hardtanh", f"'min_val' ({min_val}) must not be greater than 'max_val' ({max_val})")
-    return _finish(input, _strict_clamp(input, float(min_val), float(max_val)), "hardtanh", inplace)
+    return _finish(input, lambda x: _strict_clamp(x, float(min_val), float(max_val)), "hardtanh", inplace)
 
 
 def hardtanh_(input, min_val: float = -1.0, max_val: float = 1.0):
@@ -125,27 +126,30 @@ def hardtanh_(input, min_val: float = -1.0, max_val: float = 1.0):
 def relu6(input, inplace: bool = False):
     """``min(max(x, 0), 6)``."""
     _check("relu6", input)
-    return _finish(input, _strict_clamp(input, 0.0, 6.0), "relu6", inplace)
+    return _finish(input, lambda x: _strict_clamp(x, 0.0, 6.0), "relu6", inplace)
 
 
 def hardsigmoid(input, inplace: bool = False):
     """``relu6(x + 3) / 6``."""
     _float("hardsigmoid", input)
-    return _finish(input, _strict_clamp(input * (1.0 / 6.0) + 0.5, 0.0, 1.0), "hardsigmoid", inplace)
+    return _finish(input, lambda x: _strict_clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0), "hardsigmoid", inplace)
 
 
 def hardswish(input, inplace: bool = False):
     """``x * relu6(x + 3) / 6``."""
     _float("hardswish", input)
-    mid = (input > -3.0) & (input < 3.0)  # PyTorch's gradient: 0 at -3, 1 at 3
-    out = where(mid, input * (input + 3.0) * (1.0 / 6.0), where(input >= 3.0, input, input * 0.0))
-    return _finish(input, out, "hardswish", inplace)
+    return _finish(input, _hardswish, "hardswish", inplace)
+
+
+def _hardswish(x):
+    mid = (x > -3.0) & (x < 3.0)  # PyTorch's gradient: 0 at -3, 1 at 3
+    return where(mid, x * (x + 3.0) * (1.0 / 6.0), where(x >= 3.0, x, x * 0.0))
 
 
 def mish(input, inplace: bool = False):
     """``x * tanh(softplus(x))``."""
     _float("mish", input)
-    return _finish(input, input * tanh(softplus(input)), "mish", inplace)
+    return _finish(input, lambda x: x * tanh(softplus(x)), "mish", inplace)
 
 
 def softsign(input):
@@ -169,7 +173,7 @@ def logsigmoid(input):
 def threshold(input, threshold: float, value: float, inplace: bool = False):
     """``x`` where ``x > threshold``, else ``value``."""
     _check("threshold", input)
-    return _finish(input, where(input > threshold, input, value), "threshold", inplace)
+    return _finish(input, lambda x: where(x > threshold, x, value), "threshold", inplace)
 
 
 def threshold_(input, threshold: float, value: float):
@@ -250,7 +254,7 @@ def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool 
 
     a = host_rng(None).uniform(lower, upper, size=tuple(input.shape)).astype(input.dtype.np)
     slope = flow.tensor(a, dtype=input.dtype, device=input.device)
-    return _finish(input, where(input >= 0, input, input * slope), "rrelu", inplace)
+    return _finish(input, lambda x: where(x >= 0, x, x * slope), "rrelu", inplace)
 
 
 def rrelu_(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False):

@@ -35,12 +35,13 @@ def _keep_mask(input, shape, p: float, scale: float):
                        device=input.device)
 
 
-def _finish(input, out, op, inplace):
+def _finish(input, fn, op, inplace):
+    """``fn(input)``, written into ``input`` with ``inplace=True`` (see ``flow.ops.inplace.inplace_call``)."""
     if inplace:
-        from flow.ops.inplace import apply_inplace
+        from flow.ops.inplace import inplace_call
 
-        return apply_inplace(input, out, op + "_")
-    return out
+        return inplace_call(input, op + "_", fn)
+    return fn(input)
 
 
 def _dropout(op, input, p, training, inplace, shape):
@@ -49,8 +50,9 @@ def _dropout(op, input, p, training, inplace, shape):
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        return _finish(input, input * 0.0, op, inplace)
-    return _finish(input, input * _keep_mask(input, shape, p, 1.0 / (1.0 - p)), op, inplace)
+        return _finish(input, lambda x: x * 0.0, op, inplace)
+    mask = _keep_mask(input, shape, p, 1.0 / (1.0 - p))
+    return _finish(input, lambda x: x * mask, op, inplace)
 
 
 def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
@@ -88,7 +90,7 @@ def _alpha(op, input, p, training, inplace, shape):
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        return _finish(input, input * 0.0, op, inplace)
+        return _finish(input, lambda x: x * 0.0, op, inplace)
     import flow
     from flow._random import host_rng
 
@@ -97,7 +99,7 @@ def _alpha(op, input, p, training, inplace, shape):
     b = (keep - 1.0) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
     mul = flow.tensor((keep * a).astype(input.dtype.np), device=input.device)
     add = flow.tensor(b.astype(input.dtype.np), device=input.device)
-    return _finish(input, input * mul + add, op, inplace)
+    return _finish(input, lambda x: x * mul + add, op, inplace)
 
 
 def alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False):

@@ -14,6 +14,7 @@ from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops import nn_loss as _L
+from flow.ops.nn_bce import binary_cross_entropy as _bce
 from flow.ops.nn_act import log_softmax
 from flow.ops.unary import clamp, exp, log, relu, softplus, where
 
@@ -22,7 +23,6 @@ __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "hinge_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss", "cosine_embedding_loss",
            "triplet_margin_loss", "multilabel_soft_margin_loss", "cosine_similarity", "pairwise_distance", "ctc_loss"]
 
-_MIN_LOG = math.exp(-100.0)  # PyTorch clamps log() at -100 in binary_cross_entropy
 
 
 def legacy_reduction(size_average, reduce, reduction: str) -> str:
@@ -150,7 +150,9 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise OpError(op, f"'target' must have the input's shape {tuple(input.shape)}, got {tuple(target.shape)}")
     _float(op, "input", input)
     _check_unit_interval(op, input)
-    loss = -(target * log(clamp(input, min=_MIN_LOG)) + (1.0 - target) * log(clamp(1.0 - input, min=_MIN_LOG)))
+    if target.dtype is not input.dtype:
+        target = target.to(input.dtype)
+    loss = _bce(input, target)  # PyTorch's clamped forward and backward (finite at 0 and 1)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

@@ -75,6 +75,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias)):
         _check_vec(op, name, t, c, input)
+    for name, v in (("momentum", momentum), ("eps", eps)):  # checked before the running statistics change
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise OpTypeError(op, f"'{name}' must be a float, got {type(v).__name__} {v!r}")
     cs = _channel_shape(input)
     dims = (0,) + tuple(range(2, input.ndim))
     if training or running_mean is None or running_var is None:

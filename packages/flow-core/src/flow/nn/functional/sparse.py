@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flow._dispatch import call
-from flow.errors import OpError, OpTypeError
+from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import nn_sparse as _S
 
 __all__ = ["embedding", "embedding_bag"]
@@ -27,14 +27,29 @@ def _padding(op, padding_idx, v):
     return p + v if p < 0 else p
 
 
-def _renorm_(weight, indices, max_norm: float, norm_type: float) -> None:
-    """Rescale (in place, without autograd) the rows of ``weight`` used by ``indices`` to norm <= max_norm."""
+def _renorm_(op, weight, indices, max_norm, norm_type) -> None:
+    """Rescale (in place, without autograd) the rows of ``weight`` used by ``indices`` to norm <= max_norm.
+
+    Everything is validated before the first write: a bad index must not leave the weights half
+    renormalised."""
     from flow.registry import get_device_type
 
+    for name, v in (("max_norm", max_norm), ("norm_type", norm_type)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise OpTypeError(op, f"'{name}' must be a number, got {type(v).__name__} {v!r}")
+        if not float(v) > 0:
+            raise OpError(op, f"'{name}' must be positive, got {v}")
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if indices.dtype.is_floating_point or indices.dtype.name == "bool":
+        raise OpTypeError(op, f"'input' (the indices) must be an integer tensor, got {indices.dtype}")
     xp = get_device_type(weight.device.type).xp
     rows = np.unique(np.asarray(indices.numpy_host()).reshape(-1))
     if rows.size == 0:
         return
+    n = weight.shape[0]
+    if rows[0] < 0 or rows[-1] >= n:
+        bad = rows[0] if rows[0] < 0 else rows[-1]
+        raise OpIndexError(op, f"index {int(bad)} is out of range for 'weight' with {n} rows (num_embeddings)")
     a = weight._data
     r = xp.asarray(rows)
     sel = a[r]
@@ -58,7 +73,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float =
                                    f"{tuple(weight.shape)}")
     pad = _padding("embedding", padding_idx, weight.shape[0])
     if max_norm is not None:
-        _renorm_(weight, input, float(max_norm), float(norm_type))
+        _renorm_("embedding", weight, input, max_norm, norm_type)
     return call(_S.EMBEDDING, weight, input, padding_idx=pad, scale_grad_by_freq=bool(scale_grad_by_freq))
 
 
@@ -103,7 +118,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float =
         raise OpError(op, f"'input' must be 1-d or 2-d, got shape {tuple(input.shape)}")
     pad = _padding(op, padding_idx, weight.shape[0])
     if max_norm is not None:
-        _renorm_(weight, input, float(max_norm), float(norm_type))
+        _renorm_("embedding_bag", weight, input, max_norm, norm_type)
     out, _ = call(_S.EMBEDDING_BAG, weight, input, offsets, per_sample_weights, mode=mode, padding_idx=pad,
                   include_last_offset=bool(include_last_offset))
     return out
