@@ -386,3 +386,33 @@ def test_a_compiled_function_called_while_tracing_is_inlined():
     x = flow.randn(3, 5)
     np.testing.assert_allclose(outer(x).numpy(), (m(x).relu() * 2).detach().numpy(), rtol=1e-6)
     assert inner.cache_size == 0 and outer.ir.op_counts()["relu"] >= 1
+
+
+@pytest.mark.parametrize("call", ["numpy", "detach_numpy", "tolist", "item", "float"])
+def test_reading_values_inside_build_gives_graph_mode_advice(call):
+    from flow.graph.symbolic import GraphTraceError
+
+    class Step(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.lin = flow.nn.Linear(2, 1)
+
+        def build(self, x):
+            y = self.lin(x).sum()  # requires grad: eager advice would be .detach().numpy()
+            if call == "numpy":
+                y.numpy()
+            elif call == "detach_numpy":
+                y.detach().numpy()
+            elif call == "tolist":
+                y.tolist()
+            elif call == "item":
+                y.item()
+            else:
+                float(y)
+            return y
+
+    with pytest.raises(GraphTraceError) as info:
+        Step()(flow.ones(3, 2))
+    msg = str(info.value)
+    assert "symbolic" in msg and "detach()" not in msg
+    assert "test_graph_api.py" in msg  # points at the user's line

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from flow import _dtype as D
 from flow._device import device as _device
+from flow.errors import AutogradError
+
+
+def _no_data_while_tracing(t, what: str) -> None:
+    """Inside ``nn.Graph.build`` (or a function being compiled) tensors are symbolic: say so, with the
+    graph-mode way to get the values, before any eager advice (``.detach().numpy()``) that would fail too."""
+    d = t._data
+    if d.__class__ is not np.ndarray:
+        from flow.graph.symbolic import SymbolicArray
+
+        if d.__class__ is SymbolicArray:
+            raise d._error(what, hint="return the tensor from build() and call .numpy() on what the graph call "
+                                      "returns, or compute this part eagerly outside the graph")
 
 
 class ConversionMethods:
@@ -85,8 +100,9 @@ class ConversionMethods:
 
     def numpy(self, *, force: bool = False):
         """The data as a NumPy array (shares memory for CPU tensors, as in PyTorch)."""
+        _no_data_while_tracing(self, "numpy()")
         if self._requires_grad and not force:
-            raise RuntimeError("Can't call numpy() on a tensor that requires grad; use tensor.detach().numpy()")
+            raise AutogradError("Can't call numpy() on a tensor that requires grad; use tensor.detach().numpy()")
         return self.numpy_host()
 
     def item(self):
@@ -98,6 +114,7 @@ class ConversionMethods:
             float(self.numpy_host().reshape(()).astype("float32"))
 
     def tolist(self):
+        _no_data_while_tracing(self, "tolist()")
         a = self.numpy_host()
         if self.dtype is D.bfloat16:
             a = a.astype("float32")
