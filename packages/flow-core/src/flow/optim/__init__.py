@@ -1,8 +1,10 @@
-"""Optimizers (``flow.optim``) with fused updates over flat parameter buffers, and LR schedulers."""
+"""Optimizers (``flow.optim``): fused multi-tensor updates of parameters in their own memory, flat states; LR
+schedulers; the errors both raise for bad hyper-parameters, parameter groups and state dicts."""
 
 from flow.optim import lr_scheduler
 from flow.optim.adagrad import Adagrad
 from flow.optim.adam import Adam, AdamW
+from flow.optim.errors import OptimizerError, OptimizerTypeError
 from flow.optim.lamb import LAMB
 from flow.optim.optimizer import Optimizer
 from flow.optim.rmsprop import RMSprop
@@ -10,4 +12,5 @@ from flow.optim.sgd import SGD
 
 Lamb = LAMB
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "LAMB", "Lamb", "lr_scheduler"]
+__all__ = ["Optimizer", "OptimizerError", "OptimizerTypeError", "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "LAMB",
+           "Lamb", "lr_scheduler"]
