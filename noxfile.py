@@ -5,8 +5,9 @@
   package with its ``test`` extra, then its ``tests/`` with pytest;
 - ``all_plugins``: every package and example plugin installed together, and flow-core's tests and
   every package's tests run again, so a plugin that breaks the core (or another plugin) shows up;
-- ``parity``: flow-core's training parity tests against PyTorch, with torch==2.13.0 installed by pip
-  (about a minute past the shared flow-core wheel when pip finds the CPU wheel locally).
+- ``parity``: every package's tests that compare with PyTorch (the files that mention torch), with
+  torch==2.13.0 installed by pip; a test skipped there for want of torch fails. The other sessions
+  stay torch-free, since flow never needs it.
 
 flow-core compiles a C++ extension, so it is installed non-editable in each session, from one
 wheel built per change of its sources: the wheel is kept in ``.nox/_wheels/`` under a hash of
@@ -146,10 +147,29 @@ def all_plugins(session: nox.Session) -> None:
         run_pytest(session, project_dir)
 
 
+def torch_test_files(project_dir: Path) -> list[str]:
+    """The test files of a package that compare with PyTorch (they import it, or skip without it)."""
+    tests = project_dir / "tests"
+    if not tests.is_dir():
+        return []
+    return sorted(p.relative_to(project_dir).as_posix() for p in tests.rglob("test_*.py")
+                  if "torch" in p.read_text(encoding="utf-8"))
+
+
 @nox.session(venv_backend="virtualenv")  # a virtualenv has pip, which installs torch as this machine's pip config says
 def parity(session: nox.Session) -> None:
-    """flow-core's training parity tests against PyTorch, with torch==2.13.0 (CPU) installed by pip."""
-    session.install(core_requirement(session), "pytest")
+    """Every test of every package that compares with PyTorch, with torch==2.13.0 (CPU) installed by pip.
+
+    The other sessions run without torch (flow never needs it), where these tests skip; here a test
+    skipped because torch is missing fails (``-p flow.testing.require_torch``), so a regression
+    against PyTorch's semantics fails CI.
+    """
+    projects = [ROOT / "packages" / p for p in PACKAGES]
+    with_torch = [(p, torch_test_files(p)) for p in projects]
+    with_torch = [(p, files) for p, files in with_torch if files]
+    plugins = [requirement(p) for p, _ in with_torch if p != CORE_DIR]
+    session.install(core_requirement(session), *plugins, "pytest")
     session.run("python", "-m", "pip", "install", "--quiet", "--only-binary", "torch", "torch==2.13.0")
-    with session.chdir(CORE_DIR):
-        session.run("pytest", "tests/test_training_parity.py", "-ra", *session.posargs)
+    for project_dir, files in with_torch:
+        with session.chdir(project_dir):
+            session.run("pytest", *files, "-p", "flow.testing.require_torch", "-q", *session.posargs)
