@@ -72,8 +72,10 @@ METHODS = {
     "clip_": ({}, lambda x: x.clamp(-1, 1), lambda x: x.clip_(-1, 1)),
     "reciprocal_": (POS, lambda x: x.reciprocal(), lambda x: x.reciprocal_()),
     "lerp_": ({}, lambda x: x.lerp(_other(x.shape), 0.3), lambda x: x.lerp_(_other(x.shape), 0.3)),
-    "addcmul_": ({}, lambda x: x + x * _other(x.shape) * 0.5, lambda x: x.addcmul_(x.detach() * 0 + x, _other(x.shape), value=0.5)),
-    "addcdiv_": ({}, lambda x: x + x / _other(x.shape) * 0.5, lambda x: x.addcdiv_(x.detach() * 0 + x, _other(x.shape), value=0.5)),
+    "addcmul_": ({}, lambda x: x + x * _other(x.shape) * 0.5,
+                 lambda x: x.addcmul_(x.detach() * 0 + x, _other(x.shape), value=0.5)),
+    "addcdiv_": ({}, lambda x: x + x / _other(x.shape) * 0.5,
+                 lambda x: x.addcdiv_(x.detach() * 0 + x, _other(x.shape), value=0.5)),
     "tril_": ({}, lambda x: x.tril(), lambda x: x.tril_()),
     "triu_": ({}, lambda x: x.triu(1), lambda x: x.triu_(1)),
     "addmm_": ({}, lambda x: flow.addmm(x, _other(x.shape), _other((x.shape[1],) * 2), beta=0.5),
@@ -81,7 +83,8 @@ METHODS = {
     "baddbmm_": (dict(shape=(2, 3, 4)),
                  lambda x: flow.baddbmm(x, _other(x.shape), _other((x.shape[0], x.shape[2], x.shape[2])), beta=0.5),
                  lambda x: x.baddbmm_(_other(x.shape), _other((x.shape[0], x.shape[2], x.shape[2])), beta=0.5)),
-    "fill_diagonal_": ({}, lambda x: x * (1 - flow.eye(*x.shape, dtype=x.dtype)) + 2.0 * flow.eye(*x.shape, dtype=x.dtype),
+    "fill_diagonal_": ({}, lambda x: x * (1 - flow.eye(*x.shape, dtype=x.dtype))
+                       + 2.0 * flow.eye(*x.shape, dtype=x.dtype),
                        lambda x: x.fill_diagonal_(2.0)),
     "index_add_": ({}, lambda x: x.index_add(0, flow.tensor([1, 0]), _other((2, x.shape[1])), alpha=0.5),
                    lambda x: x.index_add_(0, flow.tensor([1, 0]), _other((2, x.shape[1])), alpha=0.5)),
@@ -195,7 +198,7 @@ def test_every_inplace_op_has_a_case():
     # in-place methods that are not value computations (autograd flags, initialisers drawing random
     # numbers, which tests/test_init.py checks) need no gradient case
     not_values = {"requires_grad_", "detach_", "share_memory_", "retain_grad_", "bernoulli_", "normal_", "uniform_",
-                  "exponential_", "geometric_", "cauchy_", "log_normal_", "random_", "random_"}
+                  "exponential_", "geometric_", "cauchy_", "log_normal_", "random_"}
     integer_only = {"bitwise_and_", "bitwise_or_", "bitwise_xor_"}
     missing_m = sorted(methods - set(METHODS) - not_values - integer_only - {k for k in methods if k.endswith("__")})
     missing_f = sorted(functional - set(FUNCTIONAL))
