@@ -1,179 +1,82 @@
 """``flow.save`` / ``flow.load``: checkpoints as one safetensors file, never pickle.
 
 A checkpoint is a safetensors file: every tensor (and NumPy array, and generator state) is a
-safetensors entry, and the structure around them — nested dicts / lists / tuples and plain
+safetensors entry, and the structure around them — nested dicts / lists / tuples / sets and plain
 values (int, float incl. inf/nan, str, bool, None, flow dtypes and devices) — is JSON stored in
 the safetensors metadata under ``"flow.structure"``. Loading therefore never executes code.
 
-* Writes are atomic: the file is written to a temporary file in the target's directory,
-  flushed and fsynced, moved over the target with ``os.replace`` and the directory is fsynced;
-  a crash or kill during :func:`save` leaves the previous checkpoint intact.
-* Each tensor's bytes carry a CRC-32 in the structure; a corrupt or truncated file raises
-  :class:`CheckpointError` naming the file and what is wrong.
+* Everything is checksummed: the header (structure, names, tensor table, metadata) by a CRC-32
+  that the header itself carries, each tensor's bytes by a CRC-32 kept in the structure. A
+  corrupt, truncated or foreign file raises :class:`CheckpointError` naming the file and what is
+  wrong; ``verify=False`` skips the checksums (to salvage a damaged file), not the other checks.
+* Writes are atomic: the file is written to a temporary file in the target's directory, fsynced,
+  moved over the target with ``os.replace`` and the directory is fsynced; a failed or killed save
+  leaves the previous checkpoint intact, and the next save removes the temp files of killed ones.
+* Failures the operating system reports (missing directory, permission, read-only file system,
+  no space) raise :class:`CheckpointOSError`, which is both a ``CheckpointError`` and an ``OSError``
+  with ``errno`` and ``filename`` set (and a ``FileNotFoundError`` / ``PermissionError`` ... where
+  Python has one for the errno).
 * Tensors are stored by value: the same tensor object appearing several times is stored once
   and loads as one object again, but views sharing storage with other tensors are stored as
-  separate copies (storage sharing between distinct tensors is not preserved).
+  separate copies. Structures nest at most :data:`MAX_DEPTH` levels and may not contain themselves.
 * :func:`load` of a plain safetensors file (e.g. written by ``safetensors.torch.save_file``)
   returns a flat ``{name: Tensor}`` dict.
+
+Format versions: 2 (this flow) adds the header checksum; files of version 1 (no header checksum)
+still load, with their tensor data checked.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import math
 import os
-import zlib
-from collections import Counter, OrderedDict
 
-import ml_dtypes  # noqa: F401  - registers bfloat16 with NumPy before safetensors loads a file
-import numpy as np
-import safetensors
-import safetensors.numpy
-
-from flow import _dtype as D
-from flow._device import CPU
 from flow._device import device as _device
-from flow._random import Generator
+from flow._serialization import container
+from flow._serialization.atomic import write_atomic
+from flow._serialization.errors import (
+    CheckpointError,
+    CheckpointFileNotFoundError,
+    CheckpointIsADirectoryError,
+    CheckpointNotADirectoryError,
+    CheckpointOSError,
+    CheckpointPermissionError,
+    os_error,
+)
+from flow._serialization.structure import MAX_DEPTH, Decoder, Encoder
 from flow._tensor import Tensor
-from flow.errors import FlowError
+from flow.errors import OpError, OpTypeError
 
-__all__ = ["save", "load", "CheckpointError"]
+__all__ = ["save", "load", "CheckpointError", "CheckpointOSError", "CheckpointFileNotFoundError",
+           "CheckpointPermissionError", "CheckpointIsADirectoryError", "CheckpointNotADirectoryError", "MAX_DEPTH"]
 
 STRUCTURE_KEY = "flow.structure"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_RESERVED = ("format", container.CHECKSUM_KEY)
 
 
-class CheckpointError(FlowError):
-    """A checkpoint could not be written or read (unsupported object, corrupt or truncated file)."""
-
-
-# -- encoding -------------------------------------------------------------------------------------
-class _Encoder:
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-        self._by_id: dict[int, str] = {}
-        self._keep: list = []  # keeps objects alive so ids stay unique while encoding
-
-    def _name(self, path: str) -> str:
-        base = path or "tensor"
-        name, k = base, 1
-        while name in self.arrays:
-            name, k = f"{base}#{k}", k + 1
-        return name
-
-    def _store(self, obj, arr: np.ndarray, path: str) -> tuple[str, bool]:
-        key = id(obj)
-        if key in self._by_id:
-            return self._by_id[key], False
-        name = self._name(path)
-        arr = _contiguous(arr)
-        if not arr.dtype.isnative:
-            arr = arr.astype(arr.dtype.newbyteorder("="))
-        self.arrays[name] = arr
-        self._by_id[key] = name
-        self._keep.append(obj)
-        return name, True
-
-    def encode(self, obj, path: str):
-        if obj is None or isinstance(obj, (bool, str)):
-            return obj
-        if isinstance(obj, int):
-            return int(obj)
-        if isinstance(obj, float):
-            return obj if math.isfinite(obj) else {"$f": repr(obj)}
-        if isinstance(obj, Tensor):
-            arr = obj.detach().numpy_host()
-            name, new = self._store(obj, arr, path)
-            node = {"$t": name}
-            if new:
-                node.update(dtype=obj.dtype.name, device=str(obj.device), crc=_crc(self.arrays[name]))
-                if obj.requires_grad:
-                    node["requires_grad"] = True
-                if type(obj).__name__ == "Parameter":
-                    node["parameter"] = True
-            return node
-        if isinstance(obj, np.ndarray):
-            if obj.dtype.kind in "OSUVMm" or obj.dtype not in D.NP_TO_DTYPE:
-                raise CheckpointError(f"flow.save: cannot save a NumPy array of dtype {obj.dtype} at {_where(path)}")
-            name, new = self._store(obj, obj, path)
-            return {"$nd": name, "crc": _crc(self.arrays[name])} if new else {"$nd": name}
-        if isinstance(obj, np.generic):
-            return self.encode(obj.item(), path)
-        if isinstance(obj, Generator):
-            state = obj.get_state().numpy_host()
-            name, _ = self._store(obj, state, path)
-            return {"$gen": name, "device": str(obj.device), "crc": _crc(self.arrays[name])}
-        if isinstance(obj, D.dtype):
-            return {"$dtype": obj.name}
-        if isinstance(obj, _device):
-            return {"$device": str(obj)}
-        if isinstance(obj, dict):
-            node = {"$d": [[self.encode(k, f"{path}[key]"), self.encode(v, _join(path, k))] for k, v in obj.items()]}
-            if isinstance(obj, (Counter, OrderedDict)):
-                node["type"] = type(obj).__name__
-            return node
-        if isinstance(obj, list):
-            return [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]
-        if isinstance(obj, tuple):
-            return {"$tu": [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]}
-        if isinstance(obj, (set, frozenset)):
-            return {"$set": [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]}
-        raise CheckpointError(
-            f"flow.save: cannot save an object of type {type(obj).__module__}.{type(obj).__qualname__} at "
-            f"{_where(path)}; checkpoints hold tensors, NumPy arrays, generators and nested dicts / lists / tuples "
-            "of int, float, str, bool and None (nothing is pickled)"
-        )
-
-
-def _join(path: str, key) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _where(path: str) -> str:
-    return f"'{path}'" if path else "the top level"
-
-
-def _contiguous(arr: np.ndarray) -> np.ndarray:
-    """``arr`` as a C-contiguous array, keeping 0-d arrays 0-d (unlike ``np.ascontiguousarray``)."""
-    return arr if arr.flags.c_contiguous else np.array(arr, order="C")
-
-
-def _crc(arr: np.ndarray) -> int:
-    return zlib.crc32(_contiguous(arr).reshape(-1).view(np.uint8).data)
-
-
-# -- writing -----------------------------------------------------------------------------------------
-def _umask() -> int:
+def _encode(obj, metadata: dict | None) -> tuple[list, dict]:
+    """The arrays to write (in file order) and the header metadata; raises before anything is written."""
+    enc = Encoder()
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
-
-
-def _write_payload(path: str, arrays: dict, metadata: dict) -> None:
-    """Write the safetensors file (a function of its own so tests can simulate a failure mid-write)."""
-    safetensors.numpy.save_file(arrays, path, metadata=metadata)
-
-
-def _fsync_path(path: str, directory: bool = False) -> None:
-    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        if directory:  # some platforms cannot open directories; the file itself was synced
-            return
-        raise
-    try:
-        os.fsync(fd)
-    except OSError:
-        if not directory:
-            raise
-    finally:
-        os.close(fd)
+        root = enc.encode(obj)
+        text = json.dumps({"version": FORMAT_VERSION, "root": root}, separators=(",", ":"), allow_nan=False)
+    except RecursionError:
+        raise CheckpointError(f"flow.save: the object is nested too deeply for Python's recursion limit "
+                              f"(checkpoints may nest at most {MAX_DEPTH} levels)") from None
+    except ValueError as e:  # an int too large for Python to write as text
+        raise CheckpointError(f"flow.save: cannot write the structure as JSON: {e}") from None
+    meta = {"format": "flow", STRUCTURE_KEY: text}
+    if metadata is not None and not isinstance(metadata, dict):
+        raise OpTypeError("flow.save", f"metadata must be a dict of str to str, got {type(metadata).__name__}")
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise OpTypeError("flow.save", f"metadata must map str to str, got {k!r:.60}: {type(v).__name__}")
+        if k in meta or k in _RESERVED or k.startswith("flow."):
+            raise OpError("flow.save", f"metadata key '{k}' is reserved for flow's own entries")
+        meta[k] = v
+    return container.layout(enc.arrays), meta
 
 
 def save(obj, f, *, metadata: dict | None = None) -> None:
@@ -181,65 +84,117 @@ def save(obj, f, *, metadata: dict | None = None) -> None:
 
     ``f`` is a path (written atomically, see the module docstring) or a writable binary file
     object (written directly). ``metadata`` adds string entries to the safetensors header.
+
+    >>> flow.save({"model": model.state_dict(), "epoch": 3}, "ckpt.safetensors")
     """
-    enc = _Encoder()
-    structure = {"version": FORMAT_VERSION, "root": enc.encode(obj, "")}
-    meta = {"format": "flow", STRUCTURE_KEY: json.dumps(structure, separators=(",", ":"), allow_nan=False)}
-    for k, v in (metadata or {}).items():
-        if not isinstance(k, str) or not isinstance(v, str) or k in meta:
-            raise CheckpointError(f"flow.save: metadata must map strings to strings (and not use '{k}')")
-        meta[k] = v
-    if hasattr(f, "write"):
-        f.write(safetensors.numpy.save(enc.arrays, metadata=meta))
+    if not (hasattr(f, "write") or isinstance(f, (str, bytes, os.PathLike))):
+        raise OpTypeError("flow.save", f"f must be a path or a writable binary file object, got {type(f).__name__}")
+    if isinstance(f, io.TextIOBase):
+        raise OpTypeError("flow.save", "the file object is open in text mode; open it with 'wb'")
+    arrays, meta = _encode(obj, metadata)
+    header = container.build_header(arrays, meta)
+    if not hasattr(f, "write"):
+        path = os.fsdecode(os.fspath(f))
+
+        def body(write) -> None:
+            write(header)
+            container.write_arrays(write, arrays)
+
+        write_atomic(path, body)
         return
-    path = os.fspath(f)
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise CheckpointError(f"flow.save: the directory of '{path}' does not exist")
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    name = getattr(f, "name", "<file object>")
     try:
-        _write_payload(tmp, enc.arrays, meta)
-        os.chmod(tmp, 0o666 & ~_umask())
-        _fsync_path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
+        f.write(header)
+        container.write_arrays(f.write, arrays)
+    except OSError as e:
+        raise os_error(e, "flow.save: cannot write the checkpoint to the file object", name) from e
+
+
+class _Placer:
+    """Puts loaded tensors where ``map_location`` says (validated once, before anything is read)."""
+
+    def __init__(self, map_location) -> None:
+        self.fn = self.mapping = self.target = None
+        self.name = ""  # the file's, for messages; set once it is known
+        ml = map_location
+        if ml is None:
             pass
-        raise
-    _fsync_path(directory, directory=True)
+        elif isinstance(ml, (str, _device)):
+            self.target = self._device(ml, "map_location")
+        elif isinstance(ml, dict):
+            self.mapping = {}
+            for k, v in ml.items():
+                if not isinstance(k, (str, _device)) or not isinstance(v, (str, _device)):
+                    raise OpTypeError("flow.load", f"map_location as a dict maps saved device names to devices, got "
+                                      f"{k!r:.40}: {v!r:.40}")
+                try:
+                    saved = str(_device(k))  # a device the file names, which need not be installed here
+                except (TypeError, ValueError) as e:
+                    raise OpError("flow.load", f"map_location key {k!r}: {e}") from None
+                self.mapping[saved] = self._device(v, f"map_location[{k!r}]")
+        elif callable(ml):
+            self.fn = ml
+        else:
+            raise OpTypeError("flow.load", "map_location must be None, a device (or its name), a dict of device "
+                              f"names, or a callable (tensor, saved_device) -> Tensor; got {type(ml).__name__}")
+
+    @staticmethod
+    def _device(d, what: str):
+        try:
+            dev = _device(d)
+        except (TypeError, ValueError) as e:
+            raise OpError("flow.load", f"{what}: {e}") from None
+        from flow.registry import REGISTRY
+
+        if dev.type not in REGISTRY.device_types:
+            raise OpError("flow.load", f"{what} names device type '{dev.type}', which no installed plugin provides "
+                          f"(installed: {', '.join(sorted(REGISTRY.device_types))})")
+        return dev
+
+    def __call__(self, t: Tensor, key: str, saved: str) -> Tensor:
+        if self.fn is not None:
+            out = self.fn(t, saved)
+            if not isinstance(out, Tensor):
+                raise OpTypeError("flow.load", f"map_location returned {type(out).__name__} for tensor '{key}'; it "
+                                  "must return a Tensor")
+            return out
+        if self.target is not None:
+            target = self.target
+        elif self.mapping is not None:
+            target = self.mapping.get(saved, None)
+            target = _device(saved) if target is None else target
+        else:
+            target = _device(saved)
+        if target.type == "cpu":
+            return t
+        try:
+            return t.to(target)
+        except Exception as e:
+            raise CheckpointError(f"flow.load: '{self.name}': cannot put tensor '{key}' on {target} ({e}); pass "
+                                  "map_location='cpu'") from None
 
 
-# -- reading -----------------------------------------------------------------------------------------
-_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-              "U16": np.uint16, "U32": np.uint32, "U64": np.uint64}
-
-
-def _read_path(path: str) -> tuple[dict, dict]:
-    from safetensors import safe_open
-
-    with safe_open(path, framework="np") as sf:
-        meta = sf.metadata() or {}
-        arrays = {k: sf.get_tensor(k) for k in sf.keys()}
-    return meta, arrays
-
-
-def _read_bytes(data: bytes) -> tuple[dict, dict]:
-    if len(data) < 8:
-        raise ValueError("header too small")
-    n = int.from_bytes(data[:8], "little")
-    if n > len(data) - 8:
-        raise ValueError("invalid header length")
-    meta = json.loads(data[8:8 + n].decode("utf-8")).get("__metadata__") or {}
-    arrays = {}
-    for name, info in safetensors.deserialize(data):
-        dt = _ST_DTYPES.get(info["dtype"])
-        if dt is None:
-            raise ValueError(f"unsupported dtype {info['dtype']} of tensor '{name}'")
-        arrays[name] = np.frombuffer(bytearray(info["data"]), dtype=dt).reshape(info["shape"])
-    return meta, arrays
+def _open(f):
+    """(reader, name, size or None, whether to close it) for a path or a binary file object."""
+    if hasattr(f, "read") or hasattr(f, "readinto"):
+        if isinstance(f, io.TextIOBase):
+            raise OpTypeError("flow.load", "the file object is open in text mode; open it with 'rb'")
+        return f, str(getattr(f, "name", "<file object>")), None, False
+    if not isinstance(f, (str, bytes, os.PathLike)):
+        raise OpTypeError("flow.load", f"f must be a path or a readable binary file object, got {type(f).__name__}")
+    name = os.fsdecode(os.fspath(f))
+    try:
+        reader = open(name, "rb", buffering=0)
+    except FileNotFoundError as e:
+        raise os_error(e, "flow.load: no such checkpoint", name) from e
+    except OSError as e:
+        raise os_error(e, "flow.load: cannot open the checkpoint", name) from e
+    try:
+        size = os.fstat(reader.fileno()).st_size
+    except OSError as e:
+        reader.close()
+        raise os_error(e, "flow.load: cannot read the checkpoint", name) from e
+    return reader, name, size, True
 
 
 def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None = None):
@@ -247,148 +202,62 @@ def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None
 
     ``map_location``: ``None`` puts tensors back on the device they were saved from; a device
     (or its name) puts all of them there; a dict maps saved device names to devices; a callable
-    ``fn(tensor, saved_device_name)`` returns the tensor to use. ``verify`` checks each tensor's
-    CRC-32. ``weights_only`` is accepted for PyTorch compatibility: loading never runs code anyway.
+    ``fn(tensor, saved_device_name)`` returns the tensor to use. ``verify`` checks the header's
+    and each tensor's CRC-32. ``weights_only`` is accepted for PyTorch compatibility and changes
+    nothing: a checkpoint holds only data (no code, nothing pickled), so every load is weights-only.
+
+    >>> state = flow.load("ckpt.safetensors", map_location="cpu")
     """
-    name = getattr(f, "name", None) if hasattr(f, "read") else os.fspath(f)
+    if not isinstance(verify, bool):
+        raise OpTypeError("flow.load", f"verify must be a bool, got {type(verify).__name__}")
+    if weights_only is not None and not isinstance(weights_only, bool):
+        raise OpTypeError("flow.load", f"weights_only must be a bool or None, got {type(weights_only).__name__}")
+    place = _Placer(map_location)
+    reader, name, size, owned = _open(f)
+    place.name = name
     try:
-        if hasattr(f, "read"):
-            meta, arrays = _read_bytes(f.read())
-        else:
-            if os.path.isdir(name):
-                raise IsADirectoryError(f"flow.load: '{name}' is a directory")
-            if not os.path.exists(name):
-                raise FileNotFoundError(f"flow.load: no such file: '{name}'")
-            if os.path.getsize(name) == 0:
-                raise CheckpointError(f"flow.load: '{name}' is empty (an interrupted write?)")
-            meta, arrays = _read_path(name)
-    except (OSError, CheckpointError):
-        raise
-    except Exception as e:
-        raise CheckpointError(f"flow.load: '{name}' is not a valid checkpoint (corrupt or truncated "
-                              f"safetensors file): {e}") from None
-    dec = _Decoder(arrays, name, map_location, verify)
-    text = meta.get(STRUCTURE_KEY)
-    if text is None:  # a plain safetensors file
-        return {k: dec.tensor(k, None, None, None) for k in arrays}
-    try:
-        structure = json.loads(text)
-        root = structure["root"]
-        version = structure.get("version", 1)
-    except (ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure header: {e}") from None
-    if version > FORMAT_VERSION:
-        raise CheckpointError(f"flow.load: '{name}' uses checkpoint format {version}, newer than this flow "
-                              f"({FORMAT_VERSION}); upgrade flow")
+        header = container.read_header(reader, name, size, verify)
+        arrays = container.read_arrays(reader, name, header)
+    except OSError as e:
+        if isinstance(e, CheckpointOSError):
+            raise
+        raise os_error(e, "flow.load: cannot read the checkpoint", name) from e
+    finally:
+        if owned:
+            reader.close()
+    dec = Decoder(arrays, name, place, verify)
+    meta = header.metadata
+    if not (STRUCTURE_KEY in meta or container.CHECKSUM_KEY in meta or meta.get("format") == "flow"):
+        return {k: dec.tensor(k, None, None, None) for k in arrays}  # a plain safetensors file
+    version, root = _structure(meta, name)
+    if verify and not header.checked and (version >= 2 or container.CHECKSUM_KEY in meta):
+        raise CheckpointError(f"flow.load: '{name}' is corrupt: its header checksum is missing or damaged; pass "
+                              "verify=False to try anyway")
     try:
         return dec.decode(root)
-    except CheckpointError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure header ({type(e).__name__}: {e})") \
-            from None
+    except RecursionError:
+        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure: it is nested too deeply") from None
 
 
-class _Decoder:
-    def __init__(self, arrays: dict, name, map_location, verify: bool) -> None:
-        self.arrays, self.name, self.map_location, self.verify = arrays, name, map_location, verify
-        self.objs: dict[str, object] = {}
-
-    def array(self, key: str, crc) -> np.ndarray:
-        if key not in self.arrays:
-            raise CheckpointError(f"flow.load: '{self.name}' is corrupt: the structure names a tensor '{key}' "
-                                  "that the file does not hold")
-        arr = self.arrays[key]
-        if self.verify and crc is not None and _crc(arr) != crc:
-            raise CheckpointError(f"flow.load: '{self.name}' is corrupt: the data of tensor '{key}' does not match "
-                                  "its checksum")
-        if not arr.flags.writeable:
-            arr = arr.copy()
-        return arr
-
-    def _device(self, saved: str):
-        ml = self.map_location
-        if ml is None:
-            return saved
-        if isinstance(ml, dict):
-            return ml.get(saved, saved)
-        return str(ml)
-
-    def tensor(self, key: str, dtype, saved_device, crc) -> Tensor:
-        if key in self.objs:
-            return self.objs[key]
-        arr = self.array(key, crc)
-        try:
-            dt = D.NP_TO_DTYPE[arr.dtype]
-        except KeyError:
-            raise CheckpointError(f"flow.load: '{self.name}': tensor '{key}' has dtype {arr.dtype}, "
-                                  "which flow does not support") from None
-        if dtype is not None and dtype != dt.name:
-            raise CheckpointError(f"flow.load: '{self.name}' is corrupt: tensor '{key}' is {dt.name} in the data "
-                                  f"but {dtype} in the structure")
-        t = Tensor._make(arr, dt, CPU)
-        saved = saved_device or "cpu"
-        if callable(self.map_location) and not isinstance(self.map_location, (str, _device)):
-            t = self.map_location(t, saved)
-        else:
-            target = _device(self._device(saved))
-            if target is not CPU:
-                try:
-                    t = t.to(target)
-                except Exception as e:
-                    raise CheckpointError(f"flow.load: '{self.name}': cannot put tensor '{key}' on {target} "
-                                          f"({e}); pass map_location='cpu'") from None
-        self.objs[key] = t
-        return t
-
-    def decode(self, node):
-        if node is None or isinstance(node, (bool, int, float, str)):
-            return node
-        if isinstance(node, list):
-            return [self.decode(v) for v in node]
-        if not isinstance(node, dict):
-            raise CheckpointError(f"flow.load: '{self.name}' has a corrupt structure header (unexpected {node!r})")
-        if "$t" in node:
-            if ("param", node["$t"]) in self.objs:  # a Parameter seen before
-                return self.objs[("param", node["$t"])]
-            t = self.tensor(node["$t"], node.get("dtype"), node.get("device"), node.get("crc"))
-            if node.get("parameter"):
-                t = self._parameter(node["$t"], t, node.get("requires_grad", True))
-            elif node.get("requires_grad") and not t.requires_grad:
-                t.requires_grad = True
-            return t
-        if "$nd" in node:
-            return self.array(node["$nd"], node.get("crc"))
-        if "$gen" in node:
-            g = Generator(node.get("device", "cpu"))
-            g.set_state(self.array(node["$gen"], node.get("crc")))
-            return g
-        if "$f" in node:
-            return float(node["$f"])
-        if "$tu" in node:
-            return tuple(self.decode(v) for v in node["$tu"])
-        if "$set" in node:
-            return set(self.decode(v) for v in node["$set"])
-        if "$dtype" in node:
-            return D.as_dtype(node["$dtype"])
-        if "$device" in node:
-            return _device(node["$device"])
-        if "$d" in node:
-            items = [(self.decode(k), self.decode(v)) for k, v in node["$d"]]
-            kind = node.get("type")
-            if kind == "Counter":
-                return Counter(dict(items))
-            return OrderedDict(items) if kind == "OrderedDict" else dict(items)
-        raise CheckpointError(f"flow.load: '{self.name}' has a corrupt structure header (unknown node {node!r})")
-
-    def _parameter(self, key: str, t: Tensor, requires_grad: bool):
-        cache = ("param", key)
-        if cache not in self.objs:
-            try:
-                from flow.nn.parameter import Parameter
-            except ImportError:
-                t.requires_grad = bool(requires_grad)
-                self.objs[cache] = t
-            else:
-                self.objs[cache] = Parameter(t, requires_grad=bool(requires_grad))
-        return self.objs[cache]
+def _structure(meta: dict, name: str) -> tuple[int, object]:
+    text = meta.get(STRUCTURE_KEY)
+    if text is None:
+        raise CheckpointError(f"flow.load: '{name}' is a flow checkpoint without its structure entry "
+                              f"'{STRUCTURE_KEY}' (a damaged header?)")
+    try:
+        structure = json.loads(text)
+    except RecursionError:
+        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure: it is nested too deeply") from None
+    except ValueError as e:
+        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure (not valid JSON: {e})") from None
+    if not isinstance(structure, dict) or set(structure) != {"version", "root"}:
+        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure: expected an object with 'version' and "
+                              "'root'")
+    version = structure["version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure: the format version is {version!r:.40}, "
+                              "expected a positive int")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"flow.load: '{name}' uses checkpoint format {version}, newer than this flow's "
+                              f"({FORMAT_VERSION}); upgrade flow")
+    return version, structure["root"]
