@@ -67,6 +67,48 @@ def test_no_runtime_warning_from_any_op(op_name):
                     pass
 
 
+def test_default_warning_settings_show_nothing():
+    # no filter of the user's: flow's own filter keeps its kernels' RuntimeWarnings away, at no cost
+    import subprocess
+    import sys
+
+    code = ("import warnings, flow; x = flow.tensor([0.0, 1.0, -1.0]); "
+            "y = flow.log(x) + flow.exp(x * 1000.0) + x / x + flow.sqrt(x); "
+            "import numpy as np; np.log(np.zeros(1))")  # the user's own NumPy call still warns
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("RuntimeWarning") == 1 and "<string>" in r.stderr, r.stderr
+
+
+def test_a_plugin_kernel_module_is_quieted_too():
+    import types
+
+    from flow.registry import schema
+    from flow.ops.meta import TensorMeta
+
+    mod = types.ModuleType("tests_quiet_plugin")
+    src = "import numpy as np\ndef kernel(x):\n    return np.log(x)\n"
+    kmod = types.ModuleType("tests_quiet_kernels")
+    exec(compile(src, "tests_quiet_kernels.py", "exec"), kmod.__dict__)
+    kmod.kernel.__module__ = "tests_quiet_kernels"
+    mod.flow_register_ops = flow.plugins.hookimpl(lambda registry: registry.register_op(
+        schema("tests_quiet_log", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)))
+    mod.flow_register_kernels = flow.plugins.hookimpl(lambda registry: registry.register_kernel(
+        "tests_quiet_log", "cpu", kmod.kernel))
+    flow.plugins.register(mod, name="tests.quiet")
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.resetwarnings()
+            from flow._fpstate import _install_filter
+
+            _install_filter()  # the filters as flow leaves them, without pytest's own
+            out = flow.ops.call("tests_quiet_log", flow.zeros(2))
+        assert np.isneginf(out.numpy()).all()
+        assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
+    finally:
+        flow.plugins.unregister("tests.quiet")
+
+
 def test_graph_mode_kernels_are_quiet_too():
     def f(x):
         return flow.log(x) + flow.exp(x * 1000.0) + x / x

@@ -14,9 +14,8 @@ import numpy as np
 
 from flow import _dtype as D
 from flow.autograd.grad_mode import STATE
-from flow._fpstate import IGNORE as _FP_IGNORE
-from flow._fpstate import fp_reset as _fp_reset
-from flow._fpstate import fp_set as _fp_set
+from flow._fpstate import FP_ERRORS as _FP_ERRORS
+from flow._fpstate import quiet_fp
 from flow.errors import FlowError, OpError, OpMemoryError, OpTypeError
 from flow.registry.ops import OpDef
 
@@ -202,17 +201,16 @@ def execute(op, inputs: tuple, attrs: dict):
     kern = op._kcache.get((dev.type, first.dtype))
     if kern is None:
         kern = _resolve(op, dev.type, first.dtype)
-    tok = _fp_set(_FP_IGNORE)  # kernels give inf/nan silently, as PyTorch's (see flow._fpstate)
     try:
         out = kern(*arrays, **attrs) if attrs else kern(*arrays)
     except FlowError:
         raise
     except MemoryError as e:  # stays a MemoryError (``except MemoryError`` must catch it), naming the op
         raise _out_of_memory(op, inputs, e) from e
+    except _FP_ERRORS:  # the user's NumPy settings raise on inf/nan: give them silently, as PyTorch
+        out = _quietly(op, inputs, attrs, kern, arrays)
     except Exception as e:  # explain kernel failures with the op's meta rule
         raise _explain(op, inputs, attrs, e) from e
-    finally:
-        _fp_reset(tok)
     if out.__class__ is _ndarray and (dt := _dtype_of(out.dtype)) is not None:
         t = _new(Tensor)
         t._data = out
@@ -332,6 +330,19 @@ def _meta_inputs(inputs: tuple) -> tuple:
         if isinstance(x, np.generic):
             return tuple(x.item() if isinstance(x, np.generic) else x for x in inputs)
     return inputs
+
+
+def _quietly(op, inputs, attrs, kern, arrays):
+    """Run a kernel again under NumPy's "ignore" state (see :mod:`flow._fpstate`)."""
+    try:
+        with quiet_fp():
+            return kern(*arrays, **attrs) if attrs else kern(*arrays)
+    except FlowError:
+        raise
+    except MemoryError as e:
+        raise _out_of_memory(op, inputs, e) from e
+    except Exception as e:
+        raise _explain(op, inputs, attrs, e) from e
 
 
 def _out_of_memory(op, inputs, err: MemoryError) -> MemoryError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from flow._fpstate import quiet_module
 from flow.errors import KernelNotFoundError, RegistrationError
 from flow.registry.devices import DeviceType
 from flow.registry.ops import Attr, Input, KernelEntry, OpDef, OpSchema, schema
@@ -132,6 +133,7 @@ class Registry:
             )
         if device_type == "generic":
             generic = True
+        quiet_module(getattr(fn, "__module__", None) or "")  # its NumPy warnings are flow's (flow._fpstate)
         keys = [(device_type, None)] if dtypes is None else [(device_type, d) for d in dtypes]
         for key in keys:
             lst = op.kernels.setdefault(key, [])
