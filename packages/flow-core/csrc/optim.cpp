@@ -16,12 +16,12 @@
 namespace flow_native {
 namespace {
 
-template <typename T>
-void sgd_impl(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT buf, std::int64_t n,
+// Maximize (ascend: the gradient negated) is a template parameter so that the common loop is
+// exactly the plain one; a runtime sign factor made the memory-bound loop ~20% slower.
+template <typename T, bool Maximize>
+void sgd_loop(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT buf, std::int64_t n,
               double lr, double momentum, double dampening, bool nesterov, double weight_decay,
-              bool first_step, bool maximize) {
-  // maximize: the gradient times -1 (exact, so the same bits as negating it first)
-  const T gsign = static_cast<T>(maximize ? -1.0 : 1.0);
+              bool first_step) {
   const T wd = static_cast<T>(weight_decay);
   const T mom = static_cast<T>(momentum);
   const T one_minus_damp = static_cast<T>(1.0 - dampening);
@@ -30,7 +30,7 @@ void sgd_impl(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT buf
   const bool use_mom = momentum != 0.0;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (std::int64_t i = 0; i < n; ++i) {
-    T d = gsign * g[i];
+    T d = Maximize ? -g[i] : g[i];
     if (use_wd) d = d + wd * p[i];
     if (use_mom) {
       const T b = first_step ? d : buf[i] * mom + one_minus_damp * d;
@@ -41,6 +41,17 @@ void sgd_impl(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT buf
   }
 }
 
+template <typename T>
+void sgd_impl(T* p, const T* g, T* buf, std::int64_t n, double lr, double momentum,
+              double dampening, bool nesterov, double weight_decay, bool first_step,
+              bool maximize) {
+  if (maximize) {
+    sgd_loop<T, true>(p, g, buf, n, lr, momentum, dampening, nesterov, weight_decay, first_step);
+  } else {
+    sgd_loop<T, false>(p, g, buf, n, lr, momentum, dampening, nesterov, weight_decay, first_step);
+  }
+}
+
 // torch.lerp's formulation (more accurate for weights near 1).
 template <typename T>
 inline T lerp(T self, T end, T weight) {
@@ -48,12 +59,11 @@ inline T lerp(T self, T end, T weight) {
                                                 : end - (end - self) * (static_cast<T>(1) - weight);
 }
 
-template <typename T>
-void adam_impl(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT m,
+template <typename T, bool Maximize>
+void adam_loop(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT m,
                T* FLOW_RESTRICT v, T* FLOW_RESTRICT vmax, std::int64_t n, std::int64_t step,
                double lr, double beta1, double beta2, double eps, double weight_decay,
-               bool decoupled, bool amsgrad, bool maximize) {
-  const T gsign = static_cast<T>(maximize ? -1.0 : 1.0);
+               bool decoupled, bool amsgrad) {
   const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
@@ -68,7 +78,7 @@ void adam_impl(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT m,
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (std::int64_t i = 0; i < n; ++i) {
     T pi = p[i];
-    T gi = gsign * g[i];
+    T gi = Maximize ? -g[i] : g[i];
     if (use_wd) {
       if (decoupled) {
         pi = pi * decay;
@@ -88,6 +98,19 @@ void adam_impl(T* FLOW_RESTRICT p, const T* FLOW_RESTRICT g, T* FLOW_RESTRICT m,
     }
     const T denom = std::sqrt(vv) / bc2_sqrt + e;
     p[i] = pi + neg_step_size * (mi / denom);
+  }
+}
+
+template <typename T>
+void adam_impl(T* p, const T* g, T* m, T* v, T* vmax, std::int64_t n, std::int64_t step,
+               double lr, double beta1, double beta2, double eps, double weight_decay,
+               bool decoupled, bool amsgrad, bool maximize) {
+  if (maximize) {
+    adam_loop<T, true>(p, g, m, v, vmax, n, step, lr, beta1, beta2, eps, weight_decay, decoupled,
+                       amsgrad);
+  } else {
+    adam_loop<T, false>(p, g, m, v, vmax, n, step, lr, beta1, beta2, eps, weight_decay, decoupled,
+                        amsgrad);
   }
 }
 
