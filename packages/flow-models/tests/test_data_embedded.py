@@ -33,12 +33,13 @@ def test_register_datasets_calls_the_registry_once_per_dataset():
     calls = []
 
     class Recorder:
-        def register_dataset(self, name, factory, family, doc):
-            calls.append((name, family, doc))
+        def register_dataset(self, name, factory, family, doc, *, produces=None):
+            calls.append((name, family, doc, produces))
 
     register_datasets(Recorder())
     assert [c[0] for c in calls] == list(DATASETS)
-    assert all(doc and family in ("vision", "nlp", "recsys", "speech") for _, family, doc in calls)
+    assert all(doc and family in ("vision", "nlp", "recsys", "speech") for _, family, doc, _ in calls)
+    assert all(callable(produces) for *_, produces in calls)  # every dataset declares what it produces
 
 
 def test_split_indices_is_deterministic_and_disjoint():

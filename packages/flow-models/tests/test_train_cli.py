@@ -75,9 +75,9 @@ ERRORS = [
     (lambda p: ["lenet", "--bogus"], ["unrecognized arguments: --bogus"]),
     (lambda p: ["no-such-model"], ["no model named 'no-such-model'"]),
     (lambda p: ["lenet", "--dataset", "digitz"], ["no dataset named 'digitz'", "digits"]),
-    (lambda p: ["lenet", "--epochs", "two"], ["--epochs", "invalid int value"]),
-    (lambda p: ["lenet", "--epochs", "0"], ["epochs must be at least 1"]),
-    (lambda p: ["lenet", "--optimizer", "rmsprop"], ["--optimizer", "invalid choice"]),
+    (lambda p: ["lenet", "--epochs", "two"], ["argument --epochs", "must be an integer >= 1, got two"]),
+    (lambda p: ["lenet", "--epochs", "0"], ["argument --epochs", "must be an integer >= 1, got 0"]),
+    (lambda p: ["lenet", "--optimizer", "rmsprop"], ["--optimizer", "one of sgd, adam, adamw, got rmsprop"]),
     (lambda p: [], ["no model given"]),
     (lambda p: ["lenet-mnist", "--data-path", str(p)], ["train-images-idx3-ubyte", "not found"]),
     (lambda p: ["gpt2-char", "--dataset", "text-file", "--data-path", _bad_text(p)], ["bad.txt", "not utf-8"]),
@@ -86,9 +86,9 @@ ERRORS = [
     (lambda p: ["lenet", "--model-arg", "depth=3"], ["no config field(s) ['depth']"]),
     (lambda p: ["lenet", "--config", _bad_yaml(p)], ["c.yaml", "not valid YAML"]),
     (lambda p: ["lenet", "--config", _unknown_key(p)], ["unknown setting(s) learning_rate"]),
-    (lambda p: ["lenet", "--config", str(p / "missing.yaml")], ["cannot read config file"]),
+    (lambda p: ["lenet", "--config", str(p / "missing.yaml")], ["argument --config", "file not found"]),
     (lambda p: ["lenet", "--resume", _not_a_checkpoint(p)], ["ckpt.safetensors"]),
-    (lambda p: ["lenet", "--resume", str(p / "none.safetensors")], ["not found"]),
+    (lambda p: ["lenet", "--resume", str(p / "none.safetensors")], ["argument --resume", "file not found"]),
 ]
 
 
@@ -151,7 +151,7 @@ def test_layers_of_settings(tmp_path):
     (tmp_path / "c.toml").write_text("[train]\nepochs = 2\noptimizer = 'sgd'\n")
     cfg = resolve_config("gpt2-char", "nlp", load_config_file(str(tmp_path / "c.toml")), {})
     assert (cfg.epochs, cfg.optimizer, cfg.dataset) == (2, "sgd", "cpython-docs")
-    with pytest.raises(TrainError, match="expects int"):
+    with pytest.raises(TrainError, match=r"setting 'epochs' \(--epochs\) must be an integer >= 1, got many"):
         resolve_config("lenet", "vision", {"epochs": "many"}, {})
 
 

@@ -22,6 +22,7 @@ import flow
 import flow.plugins
 from flow import nn
 from flow.errors import FlowError, PluginError
+from flow_models.dataspec import DataSpec
 
 __all__ = [
     "ZooModel", "ZooRegistry", "ModelEntry", "DatasetEntry", "ZooError", "UnknownNameError", "ConfigError",
@@ -72,6 +73,7 @@ class ModelEntry:
     doc: str
     defaults: dict = field(default_factory=dict)
     plugin: str = "<user>"
+    consumes: Callable[[Any], DataSpec] | DataSpec | None = None
 
     def field_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.config_cls)]
@@ -92,6 +94,20 @@ class ModelEntry:
                               f"not a {type(config).__name__}")
         return dataclasses.replace(config, **overrides) if overrides else dataclasses.replace(config)
 
+    def input_spec(self, config: Any = None) -> DataSpec | None:
+        """What the model built from ``config`` (default: this variant's) takes; ``None`` if it declares nothing.
+
+        Raises ``ValueError`` when the config cannot take any input (a ViT whose image size is not a
+        multiple of its patch size).
+        """
+        if self.consumes is None or isinstance(self.consumes, DataSpec):
+            return self.consumes
+        spec = self.consumes(self.make_config(config))
+        if not isinstance(spec, DataSpec):
+            raise ZooError(f"model '{self.name}': its consumes function returned {type(spec).__name__}, "
+                           "not a DataSpec")
+        return spec
+
 
 @dataclass
 class DatasetEntry:
@@ -102,6 +118,23 @@ class DatasetEntry:
     family: str
     doc: str
     plugin: str = "<user>"
+    produces: Callable[..., DataSpec] | DataSpec | None = None
+
+    def output_spec(self, **kwargs) -> DataSpec | None:
+        """What the dataset built with ``kwargs`` yields, from its declaration alone (no file is read);
+        ``None`` if it declares nothing."""
+        if self.produces is None or isinstance(self.produces, DataSpec):
+            return self.produces
+        spec = self.produces(**kwargs)
+        if not isinstance(spec, DataSpec):
+            raise ZooError(f"dataset '{self.name}': its produces function returned {type(spec).__name__}, "
+                           "not a DataSpec")
+        return spec
+
+
+def _check_spec(kind: str, name: str, what: str, spec) -> None:
+    if spec is not None and not isinstance(spec, DataSpec) and not callable(spec):
+        raise ZooError(f"{kind} '{name}': {what} must be a DataSpec or a function returning one, got {spec!r}")
 
 
 def _first_line(doc: str | None) -> str:
@@ -121,8 +154,13 @@ class ZooRegistry:
 
     # -- registration (called from plugins' hooks) -----------------------------------------------
     def register_model(self, name: str, factory: Callable[[Any], Any], config_cls: type, family: str,
-                       doc: str | None = None, *, defaults: dict | None = None, override: bool = False) -> None:
-        """Register ``factory(config) -> Module`` under ``name``; see :mod:`flow_models.hookspecs`."""
+                       doc: str | None = None, *, defaults: dict | None = None, override: bool = False,
+                       consumes: Callable[[Any], DataSpec] | DataSpec | None = None) -> None:
+        """Register ``factory(config) -> Module`` under ``name``; see :mod:`flow_models.hookspecs`.
+
+        ``consumes`` declares what the model takes (a :class:`~flow_models.dataspec.DataSpec`, or a
+        function of the config returning one), which flow-train checks against the dataset's.
+        """
         if not dataclasses.is_dataclass(config_cls) or not isinstance(config_cls, type):
             raise ZooError(f"model '{name}': config_cls must be a dataclass type, got {config_cls!r}")
         if not callable(factory):
@@ -131,7 +169,9 @@ class ZooRegistry:
         if not doc.strip():
             raise ZooError(f"model '{name}': give a doc string saying what the model is for")
         self._check_new(self._models, "model", name, override)
-        entry = ModelEntry(name, factory, config_cls, family, doc.strip(), dict(defaults or {}), self.current_plugin)
+        _check_spec("model", name, "consumes", consumes)
+        entry = ModelEntry(name, factory, config_cls, family, doc.strip(), dict(defaults or {}), self.current_plugin,
+                           consumes)
         bad = sorted(k for k in entry.defaults if k not in entry.field_names())
         if bad:
             raise ConfigError(f"model '{name}': defaults name no field(s) {bad} of {config_cls.__name__}; "
@@ -139,13 +179,18 @@ class ZooRegistry:
         self._models[name] = entry
 
     def register_dataset(self, name: str, factory: Callable[..., Any], family: str, doc: str | None = None,
-                         *, override: bool = False) -> None:
-        """Register ``factory(**kwargs) -> dataset`` under ``name``."""
+                         *, override: bool = False, produces: Callable[..., DataSpec] | DataSpec | None = None) -> None:
+        """Register ``factory(**kwargs) -> dataset`` under ``name``.
+
+        ``produces`` declares what its samples are (a :class:`~flow_models.dataspec.DataSpec`, or a
+        function of the same keyword arguments as ``factory`` returning one).
+        """
         if not callable(factory):
             raise ZooError(f"dataset '{name}': factory must be callable, got {factory!r}")
         self._check_new(self._datasets, "dataset", name, override)
+        _check_spec("dataset", name, "produces", produces)
         doc = (doc or getattr(factory, "__doc__", None) or "").strip()
-        self._datasets[name] = DatasetEntry(name, factory, family, doc, self.current_plugin)
+        self._datasets[name] = DatasetEntry(name, factory, family, doc, self.current_plugin, produces)
 
     def _check_new(self, table: dict, kind: str, name: str, override: bool) -> None:
         if not isinstance(name, str) or not name:
@@ -283,11 +328,21 @@ def get_dataset(name: str, **kwargs) -> Any:
     return _REGISTRY.dataset(name).factory(**kwargs)
 
 
+def _short(get) -> str:
+    """``task/kind`` of a declaration, for listings ('' when there is none or it needs options)."""
+    try:
+        spec = get()
+    except Exception:  # a declaration that needs the dataset's options (a path) or a config it cannot take
+        return ""
+    return f"{spec.task}/{'|'.join(spec.kinds)}" if spec is not None else ""
+
+
 def describe() -> list[dict]:
-    """Every model and dataset as plain data (name, kind, family, plugin, first line of its doc)."""
+    """Every model and dataset as plain data (name, kind, family, plugin, first line of its doc, and ``io``:
+    the ``task/input`` it takes or gives, '' when undeclared)."""
     _REGISTRY.sync()
-    rows = [{"name": e.name, "kind": "model", "family": e.family, "plugin": e.plugin, "doc": _first_line(e.doc)}
-            for e in _REGISTRY._models.values()]
-    rows += [{"name": e.name, "kind": "dataset", "family": e.family, "plugin": e.plugin, "doc": _first_line(e.doc)}
-             for e in _REGISTRY._datasets.values()]
+    rows = [{"name": e.name, "kind": "model", "family": e.family, "plugin": e.plugin, "doc": _first_line(e.doc),
+             "io": _short(e.input_spec)} for e in _REGISTRY._models.values()]
+    rows += [{"name": e.name, "kind": "dataset", "family": e.family, "plugin": e.plugin, "doc": _first_line(e.doc),
+              "io": _short(e.output_spec)} for e in _REGISTRY._datasets.values()]
     return sorted(rows, key=lambda r: (r["kind"], r["family"], r["name"]))

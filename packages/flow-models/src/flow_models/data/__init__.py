@@ -7,6 +7,7 @@ All are registered in the model zoo by :func:`register_datasets`, so ``flow_mode
 **kwargs)`` and ``flow-train MODEL --dataset NAME`` find them.
 """
 
+from flow_models.data import specs
 from flow_models.data.audio import (
     KEYWORDS,
     WavFolder,
@@ -51,25 +52,25 @@ def _mnist(root=None, **kw) -> DatasetSplits:
     return load_mnist(root, name="mnist", **kw)
 
 
-# name -> (factory, family); the doc is the factory's first docstring line
+# name -> (factory, family, what it produces); the doc is the factory's first docstring line
 DATASETS = {
-    "digits": (load_digits, "vision"),
-    "mnist": (_mnist, "vision"),
-    "fashion-mnist": (_fashion_mnist, "vision"),
-    "cifar10": (load_cifar10, "vision"),
-    "image-folder": (load_image_folder, "vision"),
-    "cpython-docs": (load_cpython_docs, "nlp"),
-    "text-file": (load_text_corpus, "nlp"),
-    "synthetic-recsys": (load_synthetic_recsys, "recsys"),
-    "criteo": (load_criteo, "recsys"),
-    "synthetic-speech": (load_synthetic_speech, "speech"),
-    "synthetic-speech-ctc": (load_synthetic_speech_ctc, "speech"),
-    "speech-commands": (load_speech_commands, "speech"),
+    "digits": (load_digits, "vision", specs.digits),
+    "mnist": (_mnist, "vision", specs.mnist),
+    "fashion-mnist": (_fashion_mnist, "vision", specs.mnist),
+    "cifar10": (load_cifar10, "vision", specs.cifar10),
+    "image-folder": (load_image_folder, "vision", specs.image_folder),
+    "cpython-docs": (load_cpython_docs, "nlp", specs.text),
+    "text-file": (load_text_corpus, "nlp", specs.text),
+    "synthetic-recsys": (load_synthetic_recsys, "recsys", specs.synthetic_recsys),
+    "criteo": (load_criteo, "recsys", specs.criteo),
+    "synthetic-speech": (load_synthetic_speech, "speech", specs.synthetic_speech),
+    "synthetic-speech-ctc": (load_synthetic_speech_ctc, "speech", specs.synthetic_speech_ctc),
+    "speech-commands": (load_speech_commands, "speech", specs.speech_commands),
 }
 
 
 def register_datasets(registry) -> None:
     """Register every dataset of this package in the zoo ``registry`` (called from flow-models' plugin)."""
-    for name, (factory, family) in DATASETS.items():
+    for name, (factory, family, produces) in DATASETS.items():
         doc = (factory.__doc__ or name).strip().splitlines()[0]
-        registry.register_dataset(name, factory, family, doc)
+        registry.register_dataset(name, factory, family, doc, produces=produces)

@@ -16,7 +16,8 @@ import numpy as np
 
 from flow_models.data.base import ArrayDataset, DataError, DatasetSplits, as_int_list, split_indices
 
-__all__ = ["NUM_DENSE", "NUM_SPARSE", "read_criteo_tsv", "load_criteo", "load_synthetic_recsys", "recsys_splits"]
+__all__ = ["NUM_DENSE", "NUM_SPARSE", "read_criteo_tsv", "load_criteo", "load_synthetic_recsys", "recsys_splits",
+           "synthetic_table_sizes"]
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -87,12 +88,17 @@ def recsys_splits(name: str, dense: np.ndarray, sparse: np.ndarray, label: np.nd
                          info={"positive_rate": float(label.mean()), **(info or {})})
 
 
-def load_criteo(path: str | os.PathLike, *, table_sizes: int | list[int] = 10_000, test_fraction: float = 0.1,
+def load_criteo(path: str | os.PathLike, *, table_sizes: int | list[int] | str = 10_000, test_fraction: float = 0.1,
                 seed: int = 0, limit: int | None = None) -> DatasetSplits:
     """A Criteo-format TSV file, hashed into ``table_sizes``, with a deterministic train/test split."""
     dense, sparse, label = read_criteo_tsv(path, table_sizes, limit=limit)
     sizes = as_int_list(table_sizes, NUM_SPARSE, "table_sizes")
     return recsys_splits("criteo", dense, sparse, label, sizes, test_fraction, seed, {"path": str(path)})
+
+
+def synthetic_table_sizes(table_size: int) -> list[int]:
+    """The 26 table sizes of ``synthetic-recsys``: ``table_size``, half and a third of it, in turn."""
+    return [max(2, int(table_size) // (1 + j % 3)) for j in range(NUM_SPARSE)]
 
 
 def load_synthetic_recsys(*, samples: int = 24_000, table_size: int = 100, test_fraction: float = 1 / 6,
@@ -106,7 +112,7 @@ def load_synthetic_recsys(*, samples: int = 24_000, table_size: int = 100, test_
     is well above 0.75; ``info["bayes_auc"]`` holds the exact figure on the test split.
     """
     rng = np.random.Generator(np.random.Philox(seed))
-    sizes = [max(2, table_size // (1 + j % 3)) for j in range(NUM_SPARSE)]
+    sizes = synthetic_table_sizes(table_size)
     dense = rng.normal(size=(samples, NUM_DENSE)).astype(np.float32)
     # skewed id frequencies, as real categorical data has
     sparse = np.stack([np.minimum(rng.zipf(1.3, samples) - 1, s - 2) + 1 for s in sizes], axis=1).astype(np.int64)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import flow
 import flow.nn.functional as F
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["BertConfig", "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "build_bert"]
+__all__ = ["BertConfig", "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "build_bert", "bert_input"]
 
 
 @dataclass
@@ -268,3 +269,13 @@ def build_bert(config: BertConfig) -> ZooModel:
             raise ValueError("BertConfig(head='cls') classifies the pooled state: add_pooling_layer cannot be False")
         return BertForSequenceClassification(config)
     raise ValueError(f"BertConfig.head must be 'none', 'mlm' or 'cls', got {config.head!r}")
+
+
+def bert_input(config: BertConfig) -> DataSpec:
+    """What a BERT takes: token ids; the task is its head's: ``masked-lm`` (``head="mlm"``, which sees the
+    whole window, so it cannot learn next-token prediction), ``classification`` of a window (``"cls"``)
+    or ``embedding`` (no head: hidden states, nothing to train against)."""
+    task = {"mlm": "masked-lm", "cls": "classification", "none": "embedding"}.get(config.head)
+    if task is None:
+        raise ValueError(f"BertConfig.head must be 'none', 'mlm' or 'cls', got {config.head!r}")
+    return DataSpec(task, "tokens", (None,))

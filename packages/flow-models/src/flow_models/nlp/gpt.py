@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import flow
 import flow.nn.functional as F
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["GPTConfig", "GPT"]
+__all__ = ["GPTConfig", "GPT", "gpt_input"]
 
 
 @dataclass
@@ -157,3 +158,8 @@ class GPT(ZooModel):
         finally:
             self.train(was_training)
         return idx
+
+
+def gpt_input(config: GPTConfig) -> DataSpec:
+    """What a GPT takes: windows of token ids (at most ``block_size`` long), to predict each next token."""
+    return DataSpec("lm", "tokens", (None,))

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import flow
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.recsys._common import bce_loss, lookup, mlp
 from flow_models.registry import ZooModel
 
-__all__ = ["DLRMConfig", "DLRM"]
+__all__ = ["DLRMConfig", "DLRM", "dlrm_input"]
 
 
 @dataclass
@@ -78,3 +79,8 @@ class DLRM(ZooModel):
 
     def loss(self, logits, target):
         return bce_loss(logits, target)
+
+
+def dlrm_input(config: DLRMConfig) -> DataSpec:
+    """What DLRM takes: ``num_dense`` dense features and one categorical id per embedding table."""
+    return DataSpec("recsys", "tabular", (config.num_dense, len(config.table_sizes)))

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import flow
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.recsys._common import bce_loss, lookup
 from flow_models.registry import ZooModel
 
-__all__ = ["WideDeepConfig", "WideDeep"]
+__all__ = ["WideDeepConfig", "WideDeep", "wide_deep_input"]
 
 
 @dataclass
@@ -62,3 +63,8 @@ class WideDeep(ZooModel):
 
     def loss(self, logits, target):
         return bce_loss(logits, target)
+
+
+def wide_deep_input(config: WideDeepConfig) -> DataSpec:
+    """What Wide & Deep takes: ``num_dense`` dense features and one categorical id per embedding table."""
+    return DataSpec("recsys", "tabular", (config.num_dense, len(config.table_sizes)))

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import flow
 import flow.nn.functional as F
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["CRNNConfig", "CRNNCTC"]
+__all__ = ["CRNNConfig", "CRNNCTC", "crnn_input"]
 
 
 @dataclass
@@ -91,3 +92,9 @@ class CRNNCTC(ZooModel):
                 prev = s
             out.append(seq)
         return out
+
+
+def crnn_input(config: CRNNConfig) -> DataSpec:
+    """What the CTC acoustic model takes: ``n_features`` x T frames (a spectrogram, or a 1 x samples
+    waveform with ``n_features=1``), labelled with token sequences."""
+    return DataSpec("ctc", ("features", "waveform"), (config.n_features, None))

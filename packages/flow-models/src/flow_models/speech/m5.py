@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import flow
 import flow.nn.functional as F
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["M5Config", "M5"]
+__all__ = ["M5Config", "M5", "m5_input"]
 
 
 @dataclass
@@ -71,3 +72,8 @@ class M5(ZooModel):
             conv, bn, pool = (getattr(self, f"{n}{i}") for n in ("conv", "bn", "pool"))
             x = pool(F.relu(bn(conv(x))))
         return self.fc1(x.mean(dim=-1))
+
+
+def m5_input(config: M5Config) -> DataSpec:
+    """What M5 takes: ``in_channels``-channel waveforms of any length (short ones are zero-padded), to classify."""
+    return DataSpec("classification", "waveform", (config.in_channels, None))

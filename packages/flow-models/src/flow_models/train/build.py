@@ -14,7 +14,8 @@ from flow_models.data.base import DatasetSplits
 from flow_models.train.config import TrainConfig, TrainError
 
 __all__ = ["limit_threads", "check_features", "load_data", "build_model", "build_optimizer", "build_scheduler",
-           "WarmupCosine", "model_config_dict", "MODEL_ARG_SYNONYMS"]
+           "WarmupCosine", "model_config_dict", "MODEL_ARG_SYNONYMS", "dataset_kwargs", "model_overrides",
+           "fit_fields"]
 
 # A dataset's model_args under the names zoo configs may use for the same thing.
 MODEL_ARG_SYNONYMS = {
@@ -83,7 +84,8 @@ def autocast_context(cfg: TrainConfig):
     return lambda: fn(device_type, dtype=dtype)
 
 
-def _dataset_kwargs(cfg: TrainConfig, factory) -> dict:
+def dataset_kwargs(cfg: TrainConfig, factory) -> dict:
+    """The keyword arguments ``factory`` is called with: --data-arg, --data-path and the model's context length."""
     kwargs = dict(cfg.data_args)
     params = inspect.signature(factory).parameters
     if cfg.data_path is not None:
@@ -92,12 +94,12 @@ def _dataset_kwargs(cfg: TrainConfig, factory) -> dict:
                 kwargs[key] = cfg.data_path
                 break
         else:
-            raise TrainError(f"dataset '{cfg.dataset}' reads no files (it takes no --data-path)")
+            raise TrainError(f"--data-path: dataset '{cfg.dataset}' reads no files (it takes no --data-path)")
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         unknown = sorted(k for k in kwargs if k not in params)
         if unknown:
             valid = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            raise TrainError(f"dataset '{cfg.dataset}' has no option(s) {', '.join(unknown)}; "
+            raise TrainError(f"--data-arg: dataset '{cfg.dataset}' has no option(s) {', '.join(unknown)}; "
                              f"its options: {', '.join(valid) or '(none)'}")
     if "block_size" in params and "block_size" not in kwargs:  # windows as long as the model's context
         ctx = _model_field(cfg, MODEL_ARG_SYNONYMS["block_size"])
@@ -127,11 +129,13 @@ def _model_field(cfg: TrainConfig, names: tuple[str, ...]):
     return None
 
 
-def load_data(cfg: TrainConfig) -> DatasetSplits:
+def load_data(cfg: TrainConfig, kwargs: dict | None = None) -> DatasetSplits:
+    """Read the dataset (``kwargs``: its keyword arguments as preflight worked them out)."""
     if not cfg.dataset:
         raise TrainError(f"no dataset given for model '{cfg.model}'; pass --dataset NAME (see flow-train --list)")
     entry = zoo.dataset_info(cfg.dataset)
-    kwargs = _dataset_kwargs(cfg, entry.factory)
+    if kwargs is None:
+        kwargs = dataset_kwargs(cfg, entry.factory)
     try:
         splits = entry.factory(**kwargs)
     except (ValueError, TypeError) as e:
@@ -144,22 +148,29 @@ def load_data(cfg: TrainConfig) -> DatasetSplits:
     return splits
 
 
-def model_overrides(cfg: TrainConfig, splits: DatasetSplits | None) -> dict:
-    """The config fields that fit the model to the data (under the model's own field names), then --model-arg."""
-    fields = set(zoo.model_info(cfg.model).field_names())
+def fit_fields(field_names, data_args: dict) -> dict:
+    """A dataset's ``model_args`` under the names of a model's config fields (those it has)."""
+    fields = set(field_names)
     out = {}
-    for key, value in (splits.model_args if splits else {}).items():
+    for key, value in data_args.items():
         for name in MODEL_ARG_SYNONYMS.get(key, (key,)):
             if name in fields:
                 out[name] = value
                 break
+    return out
+
+
+def model_overrides(cfg: TrainConfig, data_args: dict | None) -> dict:
+    """The config fields that fit the model to the data (under the model's own field names), then --model-arg."""
+    out = fit_fields(zoo.model_info(cfg.model).field_names(), data_args or {})
     out.update(cfg.model_args)
     return out
 
 
 def build_model(cfg: TrainConfig, splits: DatasetSplits | None, saved_config: dict | None = None):
     """The zoo model ``cfg.model`` fitted to the data (or rebuilt from a checkpoint's ``saved_config``)."""
-    overrides = dict(saved_config) if saved_config is not None else model_overrides(cfg, splits)
+    overrides = dict(saved_config) if saved_config is not None else model_overrides(cfg, splits.model_args
+                                                                                     if splits else None)
     try:
         return zoo.create(cfg.model, **overrides)
     except zoo.ConfigError as e:

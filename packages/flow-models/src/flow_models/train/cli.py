@@ -8,8 +8,10 @@
 
 Settings come from, lowest first: built-in defaults, the model's defaults, the checkpoint being
 resumed, ``--config FILE`` (YAML or TOML, keys named like the flags), then the flags. Every user
-error (bad flag, unknown model or dataset, unreadable data, missing plugin) is one line on stderr
-and a non-zero exit status; Ctrl-C saves a checkpoint and exits with 130.
+error is one line on stderr: exit status 2 for a usage error (a flag or config value outside its
+declared range, an unknown model or dataset, a model that cannot train on the dataset, a missing
+plugin), all found before any data is read; 1 for a failure (unreadable data). Ctrl-C and SIGTERM
+save a checkpoint and exit with 130 and 143.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import sys
 
 from flow.errors import FlowError
+from flow_models.train.options import SETTINGS, parse_assignment
 
 __all__ = ["main", "build_parser", "OneLineErrorParser", "EXIT_USAGE", "EXIT_FAILURE"]
 
@@ -35,52 +38,56 @@ class OneLineErrorParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _add(group, name: str, **kw) -> None:
+    """A flag whose value is converted and range-checked by its declared :class:`Setting`."""
+    s = SETTINGS[name]
+    metavar = "{" + ",".join(s.choices) + "}" if s.choices else kw.pop("metavar", None) or name.upper()
+    group.add_argument(s.flag, type=s.parse_flag, metavar=metavar, help=s.flag_help(), **kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """flow-train's parser: each flag is a setting of :mod:`flow_models.train.options` (its range in --help)."""
     p = OneLineErrorParser(prog=PROG, description="Train a flow model-zoo model on a dataset.",
-                epilog="Settings: defaults < model defaults < resumed checkpoint < --config FILE < flags.")
-    p.add_argument("model", nargs="?", help="model name (see --list)")
+                           epilog="Settings: defaults < model defaults < resumed checkpoint < --config FILE < flags.")
+    p.add_argument("model", nargs="?", type=SETTINGS["model"].parse_flag, help="model name (see --list)")
     p.add_argument("--list", action="store_true", help="list the models and datasets, one line each, and exit")
-    p.add_argument("--dataset", help="dataset name (default: the model's usual dataset)")
-    p.add_argument("--data-path", help="file or folder of a file-based dataset (mnist, cifar10, text-file, criteo...)")
-    p.add_argument("--data-arg", action="append", metavar="KEY=VALUE", help="dataset option (repeatable)")
-    p.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="model config override (repeatable)")
-    p.add_argument("--config", metavar="FILE", help="settings from a .yaml/.yml or .toml file; flags override it")
+    _add(p, "dataset", metavar="NAME")
+    _add(p, "data_path", metavar="PATH")
+    p.add_argument("--data-arg", action="append", type=parse_assignment, metavar="KEY=VALUE",
+                   help="dataset option (repeatable)")
+    p.add_argument("--model-arg", action="append", type=parse_assignment, metavar="KEY=VALUE",
+                   help="model config override (repeatable)")
+    p.add_argument("--config", metavar="FILE", type=_config_file,
+                   help="settings from a .yaml/.yml or .toml file; flags override it")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--epochs", type=int)
-    g.add_argument("--batch-size", type=int)
-    g.add_argument("--eval-batch-size", type=int)
-    g.add_argument("--lr", type=float, help="learning rate")
-    g.add_argument("--optimizer", choices=("sgd", "adam", "adamw"))
-    g.add_argument("--weight-decay", type=float)
-    g.add_argument("--momentum", type=float, help="SGD momentum")
-    g.add_argument("--scheduler", choices=("constant", "cosine"))
-    g.add_argument("--warmup-steps", type=int)
-    g.add_argument("--grad-clip", type=float, help="clip the gradients' global norm to this")
-    g.add_argument("--max-steps", type=int, help="stop (with a checkpoint) after this many steps in total")
-    g.add_argument("--eval-batches", type=int, help="evaluate on at most this many test batches")
-    g.add_argument("--seed", type=int)
+    for name in ("epochs", "batch_size", "eval_batch_size", "lr", "optimizer", "weight_decay", "momentum",
+                 "scheduler", "warmup_steps", "grad_clip", "max_steps", "eval_batches", "seed"):
+        _add(g, name)
     e = p.add_argument_group("execution")
     mode = e.add_mutually_exclusive_group()
-    mode.add_argument("--graph", dest="graph", action="store_true", default=None,
-                      help="compile the training step with flow.nn.Graph")
+    mode.add_argument("--graph", dest="graph", action="store_true", default=None, help=SETTINGS["graph"].help)
     mode.add_argument("--eager", dest="graph", action="store_false", help="run eagerly (the default)")
-    e.add_argument("--amp", choices=("bf16", "fp16"), help="mixed precision (needs the flow-amp plugin)")
-    e.add_argument("--device", help="cpu (default), cuda, cuda:1... (cuda needs the flow-cuda plugin)")
-    e.add_argument("--num-workers", type=int, help="DataLoader worker processes")
-    e.add_argument("--threads", type=int, help="BLAS/OpenMP threads (default 1; 0 leaves the libraries' default)")
+    for name in ("amp", "device", "num_workers", "threads"):
+        _add(e, name)
     o = p.add_argument_group("output")
-    o.add_argument("--output", metavar="DIR", help="run folder (default runs/{model}-{dataset})")
-    o.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint written by flow-train")
-    o.add_argument("--log-every", type=int, help="steps between training-loss records in metrics.jsonl")
-    o.add_argument("--no-progress", dest="progress", action="store_false", default=None,
-                   help="no progress bar")
+    _add(o, "output", metavar="DIR")
+    _add(o, "resume", metavar="CKPT")
+    _add(o, "log_every", metavar="STEPS")
+    o.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     s = p.add_argument_group("sampling (language models)")
-    s.add_argument("--sample", action="store_true", default=None, help="print text sampled from the model at the end")
-    s.add_argument("--prompt", help="text the sample starts from")
-    s.add_argument("--sample-length", type=int, help="tokens to sample")
-    s.add_argument("--temperature", type=float)
-    s.add_argument("--top-k", type=int)
+    s.add_argument("--sample", action="store_true", default=None, help=SETTINGS["sample"].help)
+    for name in ("prompt", "sample_length", "temperature", "top_k"):
+        _add(s, name)
     return p
+
+
+def _config_file(path: str) -> str:
+    if not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"file not found: {path}" if not os.path.isdir(path)
+                                         else f"must be a file, not a folder: {path}")
+    if os.path.splitext(path)[1].lower() not in (".yaml", ".yml", ".toml"):
+        raise argparse.ArgumentTypeError(f"must end in .yaml, .yml or .toml: {path}")
+    return path
 
 
 _NOT_SETTINGS = {"model", "list", "config", "data_arg", "model_arg"}
@@ -111,7 +118,10 @@ def _settings(args: argparse.Namespace):
     flags["model_args"] = parse_assignments(args.model_arg, "--model-arg")
     base: dict = {}
     if args.resume:
-        base = resume_config_values(args.resume)
+        try:
+            base = resume_config_values(args.resume)
+        except TrainError as e:
+            raise TrainError(f"--resume: {e}") from None
         for key in ("resume", "max_steps", "model"):
             base.pop(key, None)
     file_values = load_config_file(args.config) if args.config else {}
@@ -161,17 +171,16 @@ def _run(argv: list[str] | None) -> int:
     model, family, file_values, flags = _settings(args)
     cfg = resolve_config(model, family, file_values, flags)
     trainer = Trainer(cfg)
+    if cfg.sample and trainer.splits.task != "lm":
+        print(f"{PROG}: note: --sample applies to language models; '{cfg.model}' is a {trainer.splits.task} model",
+              file=sys.stderr)
     summary = trainer.run()
     _print_summary(summary, trainer.task.metric)
-    if cfg.sample:
-        if trainer.splits.task != "lm":
-            print(f"{PROG}: note: --sample applies to language models; '{cfg.model}' is a {trainer.splits.task} model",
-                  file=sys.stderr)
-        else:
-            from flow_models.train.generate import sample_from_trainer
+    if cfg.sample and trainer.splits.task == "lm":
+        from flow_models.train.generate import sample_from_trainer
 
-            print("-- sample --")
-            print(sample_from_trainer(trainer))
+        print("-- sample --")
+        print(sample_from_trainer(trainer))
     return 0
 
 
@@ -180,7 +189,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The console script: returns the exit status (0, 1 failure, 2 usage, 130 interrupted)."""
+    """The console script: returns the exit status (0, 1 failure, 2 usage, 130 / 143 stopped by SIGINT / SIGTERM)."""
     from flow_models.data.base import DataError
     from flow_models.registry import ZooError
     from flow_models.train.config import TrainError

@@ -1,4 +1,9 @@
-"""flow-train's settings: built-in defaults < per-model defaults < config file (YAML/TOML) < command-line flags."""
+"""flow-train's settings: built-in defaults < per-model defaults < config file (YAML/TOML) < command-line flags.
+
+Every value, wherever it comes from, is checked against its declaration in
+:mod:`flow_models.train.options` (type and range); a wrong one is a :class:`TrainError` naming the
+setting and where it came from.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flow.errors import FlowError
+from flow_models.train.options import SETTINGS, SettingError
 
 __all__ = ["TrainConfig", "TrainError", "MODEL_DEFAULTS", "FAMILY_DEFAULTS", "load_config_file", "resolve_config",
-           "parse_assignments"]
-
-OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULERS = ("constant", "cosine")
-AMP_DTYPES = ("bf16", "fp16")
+           "parse_assignments", "check_settings"]
 
 
 class TrainError(FlowError):
@@ -63,19 +65,9 @@ class TrainConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     def validate(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise TrainError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got '{self.optimizer}'")
-        if self.scheduler not in SCHEDULERS:
-            raise TrainError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got '{self.scheduler}'")
-        if self.amp is not None and self.amp not in AMP_DTYPES:
-            raise TrainError(f"amp must be one of {', '.join(AMP_DTYPES)}, got '{self.amp}'")
-        for name in ("epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise TrainError(f"lr must be positive, got {self.lr}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise TrainError(f"max-steps must be at least 1, got {self.max_steps}")
+        """Check (and normalise: ``"0.1"`` -> 0.1) every field against its declared type and range."""
+        for name, value in check_settings(self.to_dict(), "").items():
+            setattr(self, name, value)
 
     def output_dir(self) -> str:
         return self.output.format(model=self.model, dataset=self.dataset or "data")
@@ -152,50 +144,43 @@ def load_config_file(path: str) -> dict:
     if unknown:
         raise TrainError(f"config file '{path}': unknown setting(s) {', '.join(unknown)}; "
                          f"valid settings: {', '.join(valid)}")
-    for key in ("model_args", "data_args"):
-        if key in out and not isinstance(out[key], dict):
-            raise TrainError(f"config file '{path}': {key} must be a mapping")
+    return check_settings(out, f"config file '{path}': ")
+
+
+def check_settings(values: dict, where: str) -> dict:
+    """``values`` (setting name -> value) converted by their declarations; a wrong one raises a TrainError
+    that starts with ``where`` and names the setting (its flag too)."""
+    out = {}
+    for name, value in values.items():
+        setting = SETTINGS[name]
+        try:
+            out[name] = setting.convert(value)
+        except SettingError as e:
+            flag = f" ({setting.flag})" if setting.kind is not dict and name != "model" else ""
+            raise TrainError(f"{where}setting '{name}'{flag} {e}") from None
     return out
 
 
-def parse_assignments(items: list[str] | None, what: str) -> dict:
-    """``["k=v", ...]`` -> ``{k: v}`` with values read as YAML scalars (numbers, booleans, lists)."""
+def parse_assignments(items: list | None, what: str) -> dict:
+    """``["k=v", ...]`` or ``[("k", "v"), ...]`` -> ``{k: v}`` with values read as YAML scalars (numbers,
+    booleans, lists)."""
     import yaml
+
+    from flow_models.train.options import parse_assignment
 
     out = {}
     for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise TrainError(f"{what} expects KEY=VALUE, got '{item}'")
+        if isinstance(item, str):
+            try:
+                item = parse_assignment(item)
+            except Exception as e:
+                raise TrainError(f"{what} {e}") from None
+        key, value = item
         try:
-            out[key.strip().replace("-", "_")] = yaml.safe_load(value) if value.strip() else ""
+            out[key] = yaml.safe_load(value) if value.strip() else ""
         except yaml.YAMLError:
-            out[key.strip().replace("-", "_")] = value
+            out[key] = value
     return out
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Check a setting's type (config files may hold strings where numbers are meant)."""
-    kinds = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
-    kind = str(kinds[name])
-    if value is None:
-        return None
-    try:
-        if kind.startswith("int"):
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if kind.startswith("float"):
-            return float(value)
-        if kind == "bool":
-            if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-                return value.lower() in ("true", "yes", "1")
-            if not isinstance(value, bool):
-                raise ValueError
-            return value
-    except (TypeError, ValueError):
-        raise TrainError(f"setting '{name}' expects {kind}, got {value!r}") from None
-    return value
 
 
 def resolve_config(model: str, family: str | None, file_values: dict, flag_values: dict) -> TrainConfig:
@@ -210,7 +195,6 @@ def resolve_config(model: str, family: str | None, file_values: dict, flag_value
             elif v is not None:
                 merged[k] = v
     merged["model"] = model
-    cfg = TrainConfig(**{k: _coerce(k, v) if k not in ("model_args", "data_args") else v
-                         for k, v in merged.items()})
+    cfg = TrainConfig(**merged)
     cfg.validate()
     return cfg

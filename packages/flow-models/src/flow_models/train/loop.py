@@ -3,7 +3,7 @@
 Runs are reproducible and resumable exactly: each epoch's sample order is a permutation drawn
 from ``(seed, epoch)`` alone, and a checkpoint records the epoch, the step within it and flow's
 random state, so a run resumed from a checkpoint (written at the end of an epoch, at
-``max_steps`` or on Ctrl-C) takes the same steps as one that never stopped.
+``max_steps``, on Ctrl-C or on SIGTERM) takes the same steps as one that never stopped.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -19,15 +18,19 @@ from contextlib import nullcontext
 import numpy as np
 
 import flow
-from flow.utils.data import DataLoader, Sampler
+from flow.utils.data import DataLoader, DataLoaderWorkerError, Sampler
 from flow_models.train import build
 from flow_models.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from flow_models.train.config import TrainConfig, TrainError
+from flow_models.train.interrupt import Interrupt
+from flow_models.train.options import MAX_SEED
+from flow_models.train.preflight import check_loaded, preflight
+from flow_models.train.runfiles import MetricsLog, atomic_write, remove_stale_temps
 from flow_models.train.tasks import make_task
 
 __all__ = ["Trainer", "EpochSampler", "MetricsLog", "INTERRUPTED_EXIT"]
 
-INTERRUPTED_EXIT = 130  # what a shell reports for a process ended by SIGINT
+INTERRUPTED_EXIT = 130  # what a shell reports for a process ended by SIGINT (SIGTERM: 143)
 PLOT_EVERY_S = 60.0  # the plot is redrawn after an epoch at most this often (and always at the end)
 
 
@@ -35,7 +38,9 @@ class EpochSampler(Sampler):
     """Indices in an order fixed by ``(seed, epoch)``, starting at position ``start`` of that order."""
 
     def __init__(self, n: int, seed: int, shuffle: bool = True) -> None:
-        self.n, self.seed, self.shuffle = n, seed, shuffle
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"EpochSampler: seed must be an integer in [0, 2**64 - 1], got {seed!r}")
+        self.n, self.seed, self.shuffle = n, int(seed), shuffle
         self.epoch, self.start = 0, 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -44,7 +49,7 @@ class EpochSampler(Sampler):
     def order(self) -> np.ndarray:
         if not self.shuffle:
             return np.arange(self.n)
-        rng = np.random.Generator(np.random.Philox(key=[self.seed & (2 ** 64 - 1), self.epoch]))
+        rng = np.random.Generator(np.random.Philox(key=np.array([self.seed, self.epoch], dtype=np.uint64)))
         return rng.permutation(self.n)
 
     def __iter__(self):
@@ -52,56 +57,6 @@ class EpochSampler(Sampler):
 
     def __len__(self) -> int:
         return max(0, self.n - self.start)
-
-
-class MetricsLog:
-    """``metrics.jsonl``: one JSON record per line (``kind`` is ``train`` or ``eval``)."""
-
-    def __init__(self, path: str, resume_step: int | None) -> None:
-        self.path = path
-        self.records: list[dict] = []
-        if resume_step is not None and os.path.isfile(path):
-            with open(path) as f:
-                for line in f:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if rec.get("step", 0) <= resume_step:
-                        self.records.append(rec)
-        with open(path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self.records)
-
-    def append(self, record: dict) -> None:
-        self.records.append(record)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-class _Interrupt:
-    """SIGINT handler: the first Ctrl-C asks the loop to checkpoint and stop; a second one stops at once."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread
-            self._previous = None
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nflow-train: interrupted; saving a checkpoint (Ctrl-C again to quit without one)",
-              file=sys.stderr, flush=True)
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
 def _to_device(batch, device):
@@ -115,15 +70,22 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, log=print) -> None:
         self.cfg, self.log = cfg, log
-        build.check_features(cfg)
-        self._thread_limit = build.limit_threads(cfg.threads)
-        self.device = flow.device(cfg.device)
+        cfg.validate()
         self.resumed = load_checkpoint(cfg.resume) if cfg.resume else None
         if self.resumed and self.resumed["model_name"] != cfg.model:
-            raise TrainError(f"checkpoint '{cfg.resume}' is of model '{self.resumed['model_name']}', "
+            raise TrainError(f"--resume: checkpoint '{cfg.resume}' is of model '{self.resumed['model_name']}', "
                              f"not '{cfg.model}'")
+        # every setting, the dataset's options and the model/dataset pair, before any data is read
+        self.plan = preflight(cfg, self.resumed["model_config"] if self.resumed else None)
+        self._thread_limit = build.limit_threads(cfg.threads)
+        self.device = flow.device(cfg.device)
         flow.manual_seed(cfg.seed)
-        self.splits = build.load_data(cfg)
+        self.splits = build.load_data(cfg, self.plan.dataset_kwargs)
+        check_loaded(self.plan, cfg, self.splits)
+        if cfg.sample and self.splits.task == "lm":
+            from flow_models.train.generate import check_prompt
+
+            check_prompt(self.splits.info.get("tokenizer"), cfg.prompt, f"dataset '{self.splits.name}'")
         self.task = make_task(self.splits.task)
         self.model = build.build_model(cfg, self.splits, self.resumed["model_config"] if self.resumed else None)
         if self.device.type != "cpu":
@@ -144,6 +106,7 @@ class Trainer:
         self.last_eval: dict = {}
         self.out_dir = cfg.output_dir()
         os.makedirs(self.out_dir, exist_ok=True)
+        remove_stale_temps(self.out_dir)
         self.checkpoint_path = os.path.join(self.out_dir, CHECKPOINT_NAME)
         if self.resumed:
             self._restore(self.resumed)
@@ -223,19 +186,25 @@ class Trainer:
     def evaluate(self) -> dict:
         self.model.eval()
         state = self.task.new_state()
+        seen = 0
         with flow.no_grad():
             for k, batch in enumerate(self.test_loader):
                 if self.cfg.eval_batches is not None and k >= self.cfg.eval_batches:
                     break
                 self.task.update(self.model, _to_device(batch, self.device), state)
+                seen += 1
         self.model.train()
+        if not seen:  # never report the metrics of nothing
+            raise TrainError(f"evaluation saw no test batches (dataset '{self.splits.name}': "
+                             f"{len(self.splits.test)} test samples)")
         return self.task.result(state)
 
     # -- the run ----------------------------------------------------------------------------------------
     def run(self) -> dict:
         """Train to the configured end; returns the summary (also written to ``summary.json``).
 
-        Raises ``SystemExit(130)`` after checkpointing when interrupted with Ctrl-C.
+        Raises ``SystemExit(130)`` (Ctrl-C) or ``SystemExit(143)`` (SIGTERM) after checkpointing when
+        a signal asks it to stop.
         """
         cfg = self.cfg
         start = time.perf_counter()
@@ -244,25 +213,30 @@ class Trainer:
                  f"{cfg.optimizer} lr {cfg.lr:g}, device {cfg.device}, {'graph' if cfg.graph else 'eager'} mode")
         self.model.train()
         stopped = None
-        with _Interrupt() as interrupt:
-            while self.epoch < cfg.epochs and stopped is None:
-                stopped = self._run_epoch(interrupt)
-                if stopped is None:
-                    self.epoch, self.step_in_epoch = self.epoch + 1, 0
-                    self._end_of_epoch()
-            if stopped == "interrupt":
+        with Interrupt() as interrupt:
+            try:
+                while self.epoch < cfg.epochs and stopped is None and not interrupt.requested:
+                    stopped = self._run_epoch(interrupt)
+                    if stopped is None:
+                        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+                        self._end_of_epoch()
+            except DataLoaderWorkerError:
+                # a signal sent to the whole process group (a scheduler's SIGTERM) ends the workers too
+                if not interrupt.requested:
+                    raise
+            if interrupt.requested:
                 path = self.save()
                 self._plot()
                 self.log(f"interrupted at epoch {self.epoch + 1}, step {self.global_step}; checkpoint saved to "
                          f"{path}; continue with --resume {path}")
-                raise SystemExit(INTERRUPTED_EXIT)
+                raise SystemExit(interrupt.exit_code)
             if stopped == "max_steps" or not self.last_eval:  # stopped early, or resumed a finished run
                 self._record_eval(self.evaluate())
                 self.save()
         self._plot()
         return self._summary(time.perf_counter() - start)
 
-    def _run_epoch(self, interrupt: _Interrupt) -> str | None:
+    def _run_epoch(self, interrupt: Interrupt) -> str | None:
         """Train the rest of the current epoch; returns why it stopped early ("interrupt", "max_steps") or None."""
         from tqdm import tqdm
 
@@ -337,8 +311,7 @@ class Trainer:
                    "epochs": self.epoch, "steps": self.global_step, "seconds": round(seconds, 2),
                    "test": self.last_eval, "best": self.best, "checkpoint": self.checkpoint_path,
                    "metrics": self.metrics.path, "plot": os.path.join(self.out_dir, "plot.png")}
-        with open(os.path.join(self.out_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        atomic_write(os.path.join(self.out_dir, "summary.json"), json.dumps(summary, indent=2))
         return summary
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import os
+import io
+
+from flow_models.train.runfiles import atomic_write
 
 __all__ = ["plot_metrics"]
 
@@ -10,7 +12,8 @@ _METRICS = ("accuracy", "auc", "token_error_rate", "perplexity")
 
 
 def plot_metrics(records: list[dict], path: str, title: str = "") -> str:
-    """Draw ``metrics.jsonl`` records (``kind`` train / eval) into ``path`` (PNG, matplotlib's Agg backend)."""
+    """Draw ``metrics.jsonl`` records (``kind`` train / eval) into ``path`` (PNG, matplotlib's Agg backend),
+    replacing it atomically."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -42,9 +45,9 @@ def plot_metrics(records: list[dict], path: str, title: str = "") -> str:
         if title:
             fig.suptitle(title)
         fig.tight_layout()
-        tmp = f"{path}.{os.getpid()}.tmp.png"
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        atomic_write(path, buf.getvalue())
     finally:
         plt.close(fig)
     return path

@@ -23,6 +23,11 @@ from flow_models.train.metrics import accuracy, ctc_greedy_decode, edit_distance
 __all__ = ["Task", "make_task"]
 
 
+def _ratio(total: float, count: int) -> float:
+    """A mean over ``count`` items; nan (never a made-up 0) when there were none."""
+    return total / count if count else float("nan")
+
+
 def _output(out):
     if isinstance(out, dict):
         out = out["logits"] if "logits" in out else next(iter(out.values()))
@@ -76,8 +81,8 @@ class Classification(Task):
         state["n"] += n
 
     def result(self, state):
-        n = max(state["n"], 1)
-        return {"loss": state["loss_sum"] / n, "accuracy": state["correct"] / n}
+        n = state["n"]
+        return {"loss": _ratio(state["loss_sum"], n), "accuracy": _ratio(state["correct"], n)}
 
 
 class LanguageModel(Task):
@@ -105,10 +110,10 @@ class LanguageModel(Task):
         state["n"] += tokens
 
     def result(self, state):
-        n = max(state["n"], 1)
-        loss = state["loss_sum"] / n
+        n = state["n"]
+        loss = _ratio(state["loss_sum"], n)
         return {"loss": loss, "perplexity": perplexity(loss), "bits_per_token": loss / math.log(2),
-                "accuracy": state["correct"] / n}
+                "accuracy": _ratio(state["correct"], n)}
 
 
 class Recommendation(Task):
@@ -191,9 +196,9 @@ class CTC(Task):
         state["n"] += n
 
     def result(self, state):
-        n = max(state["n"], 1)
-        return {"loss": state["loss_sum"] / n, "token_error_rate": state["errors"] / max(state["tokens"], 1),
-                "accuracy": state["exact"] / n}
+        n = state["n"]
+        return {"loss": _ratio(state["loss_sum"], n), "token_error_rate": _ratio(state["errors"], state["tokens"]),
+                "accuracy": _ratio(state["exact"], n)}
 
 
 _TASKS = {t.name: t for t in (Classification, LanguageModel, Recommendation, CTC)}

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import flow
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["LeNetConfig", "LeNet5"]
+__all__ = ["LeNetConfig", "LeNet5", "lenet_input"]
 
 
 @dataclass
@@ -82,3 +83,9 @@ class LeNet5(ZooModel):
         elif x.ndim == 3:  # (N, H, W) grey-scale images
             x = x.unsqueeze(1)
         return self.classifier(self.features(x).flatten(1))
+
+
+def lenet_input(config: LeNetConfig) -> DataSpec:
+    """What LeNet-5 takes: images of exactly ``in_channels x input_size x input_size`` (its first linear
+    layer is sized for that), to classify."""
+    return DataSpec("classification", "image", (config.in_channels, config.input_size, config.input_size))

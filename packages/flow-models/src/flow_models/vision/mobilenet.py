@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import flow
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["MobileNetV2Config", "MobileNetV2", "InvertedResidual"]
+__all__ = ["MobileNetV2Config", "MobileNetV2", "InvertedResidual", "mobilenet_input"]
 
 # expansion t, output channels c, repeats n, first stride s (the paper's Table 2)
 _SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
@@ -96,3 +97,8 @@ class MobileNetV2(ZooModel):
         x = self.features(x)
         x = nn.functional.adaptive_avg_pool2d(x, (1, 1)).flatten(1)
         return self.classifier(x)
+
+
+def mobilenet_input(config: MobileNetV2Config) -> DataSpec:
+    """What MobileNetV2 takes: ``in_channels``-channel images of any size (the global average pooling adapts)."""
+    return DataSpec("classification", "image", (config.in_channels, None, None))

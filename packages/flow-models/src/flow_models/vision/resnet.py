@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import flow
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["ResNetConfig", "ResNet", "BasicBlock", "Bottleneck"]
+__all__ = ["ResNetConfig", "ResNet", "BasicBlock", "Bottleneck", "resnet_input"]
 
 
 @dataclass
@@ -142,3 +143,8 @@ class ResNet(ZooModel):
 
     def forward(self, x: flow.Tensor) -> flow.Tensor:
         return self.fc(self.forward_features(x))
+
+
+def resnet_input(config: ResNetConfig) -> DataSpec:
+    """What a ResNet takes: ``in_channels``-channel images of any size (the global average pooling adapts)."""
+    return DataSpec("classification", "image", (config.in_channels, None, None))

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import flow
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["VGGConfig", "VGG", "VGG_CFGS"]
+__all__ = ["VGGConfig", "VGG", "VGG_CFGS", "vgg_input"]
 
 # numbers are output channels of a 3x3 convolution, "M" a 2x2 max pooling
 VGG_CFGS = {
@@ -71,3 +72,12 @@ class VGG(ZooModel):
 
     def forward(self, x: flow.Tensor) -> flow.Tensor:
         return self.classifier(self.avgpool(self.features(x)).flatten(1))
+
+
+def vgg_input(config: VGGConfig) -> DataSpec:
+    """What a VGG takes: ``in_channels``-channel images at least 2^k pixels high and wide, k being its
+    number of max poolings (32 for every layout), so that the last pooling has an output."""
+    if config.layout not in VGG_CFGS:
+        raise ValueError(f"VGGConfig.layout must be one of {sorted(VGG_CFGS)}, got {config.layout!r}")
+    side = 2 ** VGG_CFGS[config.layout].count("M")
+    return DataSpec("classification", "image", (config.in_channels, None, None), min_shape=(None, side, side))

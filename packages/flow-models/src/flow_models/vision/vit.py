@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import flow
 import flow.nn.functional as F
 from flow import nn
+from flow_models.dataspec import DataSpec
 from flow_models.registry import ZooModel
 
-__all__ = ["ViTConfig", "VisionTransformer"]
+__all__ = ["ViTConfig", "VisionTransformer", "vit_input"]
 
 
 @dataclass
@@ -130,3 +131,12 @@ class VisionTransformer(ZooModel):
 
     def forward(self, x: flow.Tensor) -> flow.Tensor:
         return self.head(self.forward_features(x)[:, 0])
+
+
+def vit_input(config: ViTConfig) -> DataSpec:
+    """What a ViT takes: images of exactly ``in_channels x image_size x image_size`` (its position
+    embeddings are one per patch); ``image_size`` must be a multiple of ``patch_size``."""
+    if config.image_size % config.patch_size:
+        raise ValueError(f"ViT image_size {config.image_size} is not a multiple of patch_size {config.patch_size} "
+                         "(set --model-arg patch_size=... to one that divides it)")
+    return DataSpec("classification", "image", (config.in_channels, config.image_size, config.image_size))
