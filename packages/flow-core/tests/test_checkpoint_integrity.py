@@ -332,3 +332,20 @@ def test_verify_and_weights_only_types(tmp_path):
         load(tmp_path / "a.flow", verify="yes")
     with pytest.raises(OpTypeError, match="weights_only must be a bool or None"):
         load(tmp_path / "a.flow", weights_only="yes")
+
+
+def test_a_stream_claiming_more_than_it_holds_is_refused_before_allocating():
+    header = {"w": {"dtype": "F64", "shape": [1 << 40], "data_offsets": [0, 8 << 40]}}  # 8 TiB
+    text = json.dumps(header).encode()
+    with pytest.raises(CheckpointError, match="big.st.*truncated"):
+        load(NamedBytes(len(text).to_bytes(8, "little") + text + b"\0" * 64, "big.st"))
+
+
+def test_checkpoint_errors_survive_pickling(tmp_path):
+    import pickle
+
+    for f in (tmp_path / "nope.flow", tmp_path):
+        with pytest.raises(CheckpointError) as ei:
+            load(f)
+        back = pickle.loads(pickle.dumps(ei.value))
+        assert type(back) is type(ei.value) and back.errno == ei.value.errno and str(back) == str(ei.value)

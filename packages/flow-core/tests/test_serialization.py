@@ -311,3 +311,13 @@ def test_weights_only_changes_nothing(tmp_path):
     for wo in (None, True, False):
         back = load(tmp_path / "c.flow", weights_only=wo)
         assert back["w"].tolist() == ck["w"].tolist() and back["cfg"] == {"a": (1, 2)} and back["s"] == {1, 2}
+
+
+def test_numpy_arrays_of_either_byte_order(tmp_path):
+    arrays = {"le": np.arange(5, dtype="<i4"), "be": np.arange(5, dtype=">f8"), "strided": np.arange(10.0)[::3]}
+    save(arrays, tmp_path / "np.flow")
+    back = load(tmp_path / "np.flow")
+    for k, v in arrays.items():
+        assert back[k].dtype.isnative and back[k].tolist() == v.tolist()
+    with pytest.raises(CheckpointError, match="dtype <U1 at 'a'"):
+        save({"a": np.array(["x"])}, tmp_path / "bad.flow")

@@ -174,12 +174,25 @@ class _Placer:
                                   "map_location='cpu'") from None
 
 
+def _remaining(f) -> int | None:
+    """The bytes left in a seekable stream (a bound on what a header may claim), or None."""
+    try:
+        if not f.seekable():
+            return None
+        pos = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(pos)
+        return end - pos
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def _open(f):
-    """(reader, name, size or None, whether to close it) for a path or a binary file object."""
+    """(reader, name, size or None, whether size is the exact file size, whether to close it)."""
     if hasattr(f, "read") or hasattr(f, "readinto"):
         if isinstance(f, io.TextIOBase):
             raise OpTypeError("flow.load", "the file object is open in text mode; open it with 'rb'")
-        return f, str(getattr(f, "name", "<file object>")), None, False
+        return f, str(getattr(f, "name", "<file object>")), _remaining(f), False, False
     if not isinstance(f, (str, bytes, os.PathLike)):
         raise OpTypeError("flow.load", f"f must be a path or a readable binary file object, got {type(f).__name__}")
     name = os.fsdecode(os.fspath(f))
@@ -194,7 +207,7 @@ def _open(f):
     except OSError as e:
         reader.close()
         raise os_error(e, "flow.load: cannot read the checkpoint", name) from e
-    return reader, name, size, True
+    return reader, name, size, True, True
 
 
 def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None = None):
@@ -213,10 +226,10 @@ def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None
     if weights_only is not None and not isinstance(weights_only, bool):
         raise OpTypeError("flow.load", f"weights_only must be a bool or None, got {type(weights_only).__name__}")
     place = _Placer(map_location)
-    reader, name, size, owned = _open(f)
+    reader, name, size, exact, owned = _open(f)
     place.name = name
     try:
-        header = container.read_header(reader, name, size, verify)
+        header = container.read_header(reader, name, size, verify, exact)
         arrays = container.read_arrays(reader, name, header)
     except OSError as e:
         if isinstance(e, CheckpointOSError):

@@ -151,8 +151,12 @@ def _not_safetensors(name: str, head: bytes, reason: str) -> CheckpointError:
                            "only safetensors files (see safetensors.torch.save_file for PyTorch weights)")
 
 
-def read_header(reader, name: str, size: int | None, verify: bool) -> Header:
-    """Read and check the length prefix and header. ``size`` is the file's size, or None for a stream."""
+def read_header(reader, name: str, size: int | None, verify: bool, exact: bool = True) -> Header:
+    """Read and check the length prefix and header.
+
+    ``size`` is the file's size (``exact``), or the bytes left in a seekable stream, which may hold
+    more after the checkpoint (not ``exact``), or None for a stream of unknown length.
+    """
     if size == 0:
         raise CheckpointError(f"flow.load: '{name}' is empty (an interrupted write?)")
     if size is not None and size < 8:
@@ -182,7 +186,7 @@ def read_header(reader, name: str, size: int | None, verify: bool) -> Header:
     entries = [_entry(name, k, v) for k, v in header.items()]
     data_len = _check_offsets(name, entries)
     total = 8 + n + data_len
-    if size is not None and size != total:
+    if size is not None and (size < total or (exact and size != total)):
         if size < total:
             raise CheckpointError(f"flow.load: '{name}' is truncated: its header describes {total} bytes but the file "
                                   f"holds {size} (an interrupted write or copy?)")

@@ -78,9 +78,10 @@ class Encoder:
         if isinstance(obj, Tensor):
             return self._tensor(obj, path)
         if isinstance(obj, np.ndarray):
-            if obj.dtype not in D.NP_TO_DTYPE:
+            arr = obj if obj.dtype.isnative else obj.astype(obj.dtype.newbyteorder("="))
+            if arr.dtype not in D.NP_TO_DTYPE:
                 raise CheckpointError(f"flow.save: cannot save a NumPy array of dtype {obj.dtype} at {_where(path)}")
-            name, new = self._store(obj, obj, path)
+            name, new = self._store(obj, arr, path)
             return {"$nd": name, "crc": crc(self.arrays[name])} if new else {"$nd": name}
         if isinstance(obj, np.generic):
             return self.encode(obj.item(), path, depth)
