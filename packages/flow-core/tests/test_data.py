@@ -5,6 +5,10 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections import namedtuple
 
@@ -13,8 +17,11 @@ import pytest
 
 import flow
 import flow.utils.data as D
+from flow.errors import FlowError
 from flow.utils.data import (
     BatchSampler,
+    CollateError,
+    CollateTypeError,
     ConcatDataset,
     DataLoader,
     DataLoaderWorkerError,
@@ -212,6 +219,127 @@ def test_default_collate():
         default_collate([flow.ones(2), flow.ones(3)])
     with pytest.raises(TypeError, match="found object"):
         default_collate([object(), object()])
+
+
+Sample = namedtuple("Sample", ["image", "label"])
+
+
+@pytest.mark.parametrize("batch,field,shapes", [
+    ([np.zeros((3, 4)), np.zeros((3, 5))], "the samples", "(3, 4) and sample 1 has shape (3, 5)"),
+    ([(np.zeros(2), 1), (np.zeros(2), 2), (np.zeros(3), 3)], "field [0]", "(2,) and sample 2 has shape (3,)"),
+    ([{"x": {"y": flow.ones(2)}}, {"x": {"y": flow.ones(4)}}], "field ['x']['y']", "(2,) and sample 1 has shape (4,)"),
+    ([Sample(np.zeros((1, 2)), 0), Sample(np.zeros((2, 2)), 1)], "field .image", "(1, 2) and sample 1 has shape"),
+])
+def test_ragged_samples_name_the_field_and_the_shapes(batch, field, shapes):
+    with pytest.raises(CollateError) as info:
+        default_collate(batch)
+    msg = str(info.value)
+    assert f"cannot stack {field} of the samples" in msg or (field == "the samples" and "stack the samples" in msg)
+    assert f"sample 0 has shape {shapes}" in msg and "collate_fn" in msg, msg
+    # flow's own error, caught as ValueError (and as RuntimeError, as PyTorch's "equal size" error is)
+    assert isinstance(info.value, (FlowError, ValueError, RuntimeError)) and not isinstance(info.value, TypeError)
+
+
+def test_collate_errors_of_keys_lengths_and_types():
+    with pytest.raises(CollateError, match=r"sample 1 lacks \['y'\] compared with sample 0"):
+        default_collate([{"x": 1, "y": 2}, {"x": 3}])
+    with pytest.raises(CollateError, match="sample 0 has 2 items and sample 1 has 3"):
+        default_collate([[1, 2], [1, 2, 3]])
+    with pytest.raises(CollateTypeError, match=r"field \[1\] of the samples: sample 0 is a number \(int\) but "
+                                               "sample 2 is NoneType"):
+        default_collate([(0, 1), (0, 2), (0, None)])
+    with pytest.raises(CollateTypeError, match="sample 0 is a tensor but sample 1 is a NumPy array"):
+        default_collate([flow.ones(2), np.ones(2)])
+    with pytest.raises(CollateTypeError, match="does not fit in int64"):
+        default_collate([1, 2 ** 64])
+    with pytest.raises(CollateTypeError, match="dtype flow.float32 and sample 1 has dtype flow.float64"):
+        default_collate([flow.ones(2), flow.ones(2, dtype=flow.float64)])
+    with pytest.raises(TypeError):  # CollateTypeError is a TypeError
+        default_collate([{"a": 1}, [1]])
+
+
+def test_numbers_are_never_truncated():
+    """An int batch with a float in it is float64 (as torch.tensor infers), not int64 with 2.5 -> 2."""
+    t = default_collate([1, 2.5, 3])
+    assert t.dtype is flow.float64 and t.tolist() == [1.0, 2.5, 3.0]
+    assert default_collate([True, 2]).dtype is flow.int64
+    assert default_collate([np.int16(1), np.int16(2)]).dtype is flow.int16
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ragged_batch_names_the_dataset_items(num_workers):
+    ds = [(np.zeros(3 if i != 6 else 4, np.float32), i) for i in range(8)]
+    with pytest.raises(CollateError) as info:
+        list(DataLoader(ds, batch_size=4, num_workers=num_workers))
+    msg = str(info.value)
+    assert "field [0]" in msg and "sample 2 has shape (4,)" in msg, msg
+    assert "sample 0 is dataset item 4, sample 2 is dataset item 6" in msg, msg
+
+
+# -- signals in workers: the main process's handlers are not theirs ------------------------------------
+_SIGNAL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    import numpy as np
+    from flow.utils.data import DataLoader, DataLoaderWorkerError, Dataset
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 10 ** 6
+
+        def __getitem__(self, i):
+            time.sleep(0.01)
+            return np.float32(i)
+
+    def handler(signum, frame):
+        print(f"handled {signum} in {os.getpid()}", flush=True)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    it = iter(DataLoader(Slow(), batch_size=2, num_workers=2))
+    try:
+        for n, batch in enumerate(it, 1):
+            if n == 3:
+                print("ready", os.getpid(), *(w.pid for w in it._workers), flush=True)
+            if n == int(sys.argv[1]):
+                break
+        print("done", n, flush=True)
+    except DataLoaderWorkerError as e:
+        print("worker error:", e, flush=True)
+""")
+
+
+def _run_signal_script(tmp_path, batches: int, send):
+    script = tmp_path / "signals.py"
+    script.write_text(_SIGNAL_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(batches)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("ready"):
+                pids = [int(x) for x in line.split()[1:]]
+                break
+        send(proc, pids)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return pids, out, err
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_to_the_process_group_runs_only_the_main_handler(tmp_path):
+    """Ctrl-C reaches every process of the group: the workers ignore it and keep serving batches."""
+    pids, out, err = _run_signal_script(tmp_path, 200, lambda proc, pids: os.killpg(proc.pid, signal.SIGINT))
+    handled = [line for line in out.splitlines() if line.startswith("handled")]
+    assert handled == [f"handled {int(signal.SIGINT)} in {pids[0]}"], out + err
+    assert "done 200" in out and "Traceback" not in err, out + err
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_ends_a_worker_without_running_the_main_handler(tmp_path):
+    pids, out, err = _run_signal_script(tmp_path, 10 ** 6, lambda proc, pids: os.kill(pids[1], signal.SIGTERM))
+    assert "handled" not in out, out
+    assert "worker error:" in out and f"pid {pids[1]} (exit code -{int(signal.SIGTERM)})" in out, out + err
 
 
 # -- the loader -------------------------------------------------------------------------------------------

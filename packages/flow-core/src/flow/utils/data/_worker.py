@@ -6,6 +6,11 @@ itself (so a sample that cannot be pickled becomes an error the main process see
 silently lost batch); flow tensors travel as NumPy arrays plus their dtype name. A failure is
 sent as an :class:`ExceptionWrapper` carrying the worker's traceback text, which the main
 process re-raises.
+
+Signals: SIGINT and SIGTERM are the main process's business. A worker ignores SIGINT (Ctrl-C
+reaches the whole process group; the main process decides what it means and shuts the workers
+down) and ends on SIGTERM (what ``Process.terminate`` sends), whatever handlers the main process
+had installed when it forked them.
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ import os
 import pickle
 import queue
 import random
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +152,48 @@ def from_payload(obj):
     return obj
 
 
+_MAIN_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)) if s is not None)
+
+
+@contextmanager
+def main_signals_blocked() -> Iterator[set | None]:
+    """Block SIGINT and SIGTERM in this thread (where the platform can); yields the mask to restore after."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield None
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _MAIN_SIGNALS)
+    try:
+        yield old
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def reset_signals(mask: set | None) -> None:
+    """In a new worker: SIGINT ignored, SIGTERM back to its default, then the signal mask of the parent restored."""
+    if threading.current_thread() is threading.main_thread():
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError, AttributeError):  # no such signals here (Windows has no SIGTERM handler)
+            pass
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _with_dataset_indices(exc: BaseException, indices):
+    """A CollateError that also names the dataset indices of the samples it names (None for other errors)."""
+    from flow.utils.data.collate import CollateError, CollateTypeError
+
+    if type(exc) not in (CollateError, CollateTypeError) or not exc.samples:  # a subclass may take other arguments
+        return None
+    try:
+        items = [indices[k] for k in exc.samples]
+    except (IndexError, TypeError, KeyError):
+        return None
+    named = ", ".join(f"sample {k} is dataset item {item!r}" for k, item in zip(exc.samples, items))
+    return type(exc)(f"{exc} (in this batch {named})", exc.field, exc.samples)
+
+
 def seed_worker(seed: int) -> None:
     """Seed Python's, NumPy's and flow's global generators in a worker."""
     random.seed(seed)
@@ -168,15 +219,23 @@ def _fetch(dataset, iterable: bool, it, indices, auto_collation: bool, collate_f
     if auto_collation:
         getitems = getattr(dataset, "__getitems__", None)
         data = getitems(indices) if callable(getitems) else [dataset[i] for i in indices]
-        return collate_fn(data)
+        try:
+            return collate_fn(data)
+        except Exception as e:
+            named = _with_dataset_indices(e, indices)
+            if named is None:
+                raise
+            raise named from None
     return collate_fn(dataset[indices])
 
 
 def worker_loop(dataset, iterable: bool, index_queue, result_queue, auto_collation: bool, collate_fn,
-                drop_last: bool, base_seed: int, init_fn, worker_id: int, num_workers: int, parent_pid: int) -> None:
-    """The body of a worker process (see the module docstring for the protocol)."""
+                drop_last: bool, base_seed: int, init_fn, worker_id: int, num_workers: int, parent_pid: int,
+                signal_mask: set | None = None) -> None:
+    """The body of a worker process (see the module docstring for the protocol and the signals)."""
     global _worker_info
     try:
+        reset_signals(signal_mask)
         seed = base_seed + worker_id
         seed_worker(seed)
         _worker_info = WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)

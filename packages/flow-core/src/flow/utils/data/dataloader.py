@@ -17,20 +17,16 @@ import pickle
 import queue
 import time
 import weakref
-from collections.abc import Mapping, Sequence
 
-import numpy as np
-
-from flow import _dtype as D
-from flow._device import CPU
 from flow._random import Generator, default_generator
-from flow._tensor import Tensor
 from flow.errors import FlowError
 from flow.utils.data import _worker
+from flow.utils.data.collate import CollateError, CollateTypeError, default_collate, default_convert
 from flow.utils.data.dataset import IterableDataset
 from flow.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info", "DataLoaderWorkerError"]
+__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info", "DataLoaderWorkerError",
+           "CollateError", "CollateTypeError"]
 
 get_worker_info = _worker.get_worker_info
 
@@ -40,88 +36,6 @@ JOIN_TIMEOUT = 5.0
 
 class DataLoaderWorkerError(FlowError):
     """A DataLoader worker failed (died, or raised an exception that cannot be rebuilt in the main process)."""
-
-
-# -- collation ------------------------------------------------------------------------------------
-def _np_to_tensor(a: np.ndarray) -> Tensor:
-    try:
-        dt = D.NP_TO_DTYPE[a.dtype]
-    except KeyError:
-        raise TypeError(f"default_collate: cannot make a tensor from a NumPy array of dtype {a.dtype}") from None
-    return Tensor._make(a, dt, CPU)
-
-
-def default_collate(batch):
-    """Stack a list of samples into a batch, recursively.
-
-    Flow tensors and NumPy arrays are stacked into a tensor with a new first dimension; Python
-    floats become a float64 tensor, ints an int64 tensor, bools a bool tensor; strings stay a
-    list; dicts, (named) tuples and lists are collated field by field.
-    """
-    elem = batch[0]
-    if isinstance(elem, Tensor):
-        shape = tuple(elem.shape)
-        for t in batch:
-            if not isinstance(t, Tensor) or tuple(t.shape) != shape or t.dtype is not elem.dtype:
-                raise RuntimeError("default_collate: stack expects each tensor to be equal size and dtype, but got "
-                                   f"{shape} / {elem.dtype} and {tuple(getattr(t, 'shape', ()))} / "
-                                   f"{getattr(t, 'dtype', type(t).__name__)}")
-        out = Tensor._make(np.stack([t.numpy_host() for t in batch]), elem.dtype, CPU)
-        return out if elem.device is CPU else out.to(elem.device)
-    if isinstance(elem, np.ndarray):
-        if elem.dtype.kind in "OSUV":
-            raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
-                            f"found a NumPy array of dtype {elem.dtype}")
-        return _np_to_tensor(np.stack(batch))
-    if isinstance(elem, np.generic):
-        return _np_to_tensor(np.array(batch))
-    if isinstance(elem, bool):
-        return _np_to_tensor(np.array(batch, dtype=np.bool_))
-    if isinstance(elem, int):
-        return _np_to_tensor(np.array(batch, dtype=np.int64))
-    if isinstance(elem, float):
-        return _np_to_tensor(np.array(batch, dtype=np.float64))
-    if isinstance(elem, (str, bytes)):
-        return batch
-    if isinstance(elem, Mapping):
-        out = {k: default_collate([d[k] for d in batch]) for k in elem}
-        try:
-            return type(elem)(out)
-        except TypeError:
-            return out
-    if isinstance(elem, tuple) and hasattr(elem, "_fields"):
-        return type(elem)(*(default_collate(list(s)) for s in zip(*batch)))
-    if isinstance(elem, Sequence):
-        n = len(elem)
-        if any(len(e) != n for e in batch):
-            raise RuntimeError("default_collate: each element in list of batch should be of equal size")
-        transposed = [default_collate(list(s)) for s in zip(*batch)]
-        if isinstance(elem, tuple):
-            return transposed
-        try:
-            return type(elem)(transposed)
-        except TypeError:
-            return transposed
-    raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
-                    f"found {type(elem).__name__}")
-
-
-def default_convert(data):
-    """Without batching (``batch_size=None``): NumPy arrays become tensors, containers are converted recursively."""
-    if isinstance(data, np.ndarray) and data.dtype.kind not in "OSUV":
-        return _np_to_tensor(data)
-    if isinstance(data, np.generic) and not isinstance(data, (np.str_, np.bytes_)):
-        return _np_to_tensor(np.asarray(data))
-    if isinstance(data, Mapping):
-        try:
-            return type(data)({k: default_convert(v) for k, v in data.items()})
-        except TypeError:
-            return {k: default_convert(v) for k, v in data.items()}
-    if isinstance(data, tuple) and hasattr(data, "_fields"):
-        return type(data)(*(default_convert(d) for d in data))
-    if isinstance(data, (list, tuple)):
-        return type(data)(default_convert(d) for d in data)
-    return data
 
 
 class _InfiniteConstantSampler(Sampler):
@@ -310,18 +224,22 @@ class _MultiProcessIter:
         self._result_queue = ctx.Queue()
         self._index_queues, self._workers = [], []
         base_seed = loader._shared_seed()
-        for i in range(self._n):
-            iq = ctx.Queue()
-            iq.cancel_join_thread()
-            w = ctx.Process(
-                target=_worker.worker_loop,
-                args=(loader.dataset, loader._iterable, iq, self._result_queue, loader._auto_collation,
-                      loader.collate_fn, loader.drop_last, base_seed, loader.worker_init_fn, i, self._n, os.getpid()),
-                daemon=True,
-            )
-            w.start()
-            self._index_queues.append(iq)
-            self._workers.append(w)
+        # SIGINT / SIGTERM stay blocked while the workers start, so that none reaches a worker before it has
+        # dropped the handlers it inherited (a training loop's "save a checkpoint" handler, say)
+        with _worker.main_signals_blocked() as mask:
+            for i in range(self._n):
+                iq = ctx.Queue()
+                iq.cancel_join_thread()
+                w = ctx.Process(
+                    target=_worker.worker_loop,
+                    args=(loader.dataset, loader._iterable, iq, self._result_queue, loader._auto_collation,
+                          loader.collate_fn, loader.drop_last, base_seed, loader.worker_init_fn, i, self._n,
+                          os.getpid(), mask),
+                    daemon=True,
+                )
+                w.start()
+                self._index_queues.append(iq)
+                self._workers.append(w)
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._index_queues, self._result_queue)
         self._epoch = 0
         self._reset(first=True)
