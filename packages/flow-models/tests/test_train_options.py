@@ -9,6 +9,7 @@ parsing and the pre-flight checks, before any data is read or any model built.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -155,6 +156,12 @@ def test_every_flow_train_option_has_a_validation_case():
 def test_every_setting_is_declared_and_has_a_config_case():
     assert set(SETTINGS) == set(TrainConfig.field_names())
     assert set(BAD_CONFIG) == set(TrainConfig.field_names()), "add a wrong-value case for each new setting"
+
+
+def test_the_readme_lists_every_setting():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    missing = [name for name in SETTINGS if f"| `{name}` |" not in readme]
+    assert not missing, f"document the range of {missing} in packages/flow-models/README.md"
 
 
 def test_every_flow_generate_option_has_a_validation_case():

@@ -98,6 +98,42 @@ def test_ctrl_c_saves_a_checkpoint_and_resumes(tmp_path):
     assert summary["steps"] == step + 5
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("sig,to_group,workers", [(signal.SIGTERM, False, 0), (signal.SIGINT, True, 2),
+                                                  (signal.SIGTERM, True, 2)],
+                         ids=["sigterm", "ctrl-c-with-workers", "sigterm-to-the-group-with-workers"])
+def test_a_signal_saves_one_checkpoint_and_exits_128_plus_its_number(tmp_path, sig, to_group, workers):
+    """What a scheduler or container runtime sends (SIGTERM), or Ctrl-C in a terminal (SIGINT to the whole
+    process group, DataLoader workers included): one checkpoint, one message, exit 143 / 130."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "flow_models.train", "lenet", "--epochs", "500", "--no-progress",
+                             "--num-workers", str(workers), "--output", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("epoch 1/"):
+                break
+        time.sleep(0.3)
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + int(sig), stderr
+    assert stderr.count("saving a checkpoint") == 1, stderr
+    assert "Traceback" not in stdout + stderr and "--resume" in stdout
+    ckpt = flow.load(str(out / "checkpoint.safetensors"))
+    assert ckpt["global_step"] >= 45 and ckpt["config"]["epochs"] == 500
+    assert not [f for f in os.listdir(out) if ".tmp" in f]
+    summary = train(tmp_path, "--resume", str(out / "checkpoint.safetensors"), "--max-steps",
+                    str(ckpt["global_step"] + 3))
+    assert summary["steps"] == ckpt["global_step"] + 3
+
+
 def test_char_gpt_learns_below_the_unigram_entropy(tmp_path, capsys):
     """A short run of the character GPT on the CPython docs beats a model without context by far."""
     h = unigram_entropy(load_cpython_docs().train.ids)

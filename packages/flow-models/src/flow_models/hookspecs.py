@@ -46,6 +46,10 @@ def flow_models_register(registry) -> None:
       ``nlp``, ``recsys``, ``speech`` or a new family name; ``doc`` says what the model is for.
     - ``registry.register_dataset(name, factory, family, doc, override=False)``:
       ``factory(**kwargs)`` returns the dataset (``flow_models.get_dataset(name, **kwargs)``).
+    - both take a declaration of what the entry takes or gives, which flow-train checks a
+      model/dataset pair with before it loads anything: ``consumes=fn(config) -> DataSpec`` for a
+      model, ``produces=fn(**kwargs) -> DataSpec`` for a dataset (or a fixed
+      :class:`flow_models.dataspec.DataSpec`).
 
     Registering a name twice is an error naming the plugin that registered it first,
     unless ``override=True``.

@@ -98,11 +98,12 @@ def list_zoo(out=sys.stdout) -> None:
 
     rows = zoo.describe()
     width = max([len(r["name"]) for r in rows] + [8])
+    io = max([len(r["io"]) for r in rows] + [4])
     for kind in ("model", "dataset"):
         picked = [r for r in rows if r["kind"] == kind]
         print(f"{kind}s:", file=out)
-        for r in picked:
-            print(f"  {r['name']:<{width}}  {r['family']:<7} {r['doc']}", file=out)
+        for r in picked:  # io: the task/input a model takes or a dataset gives; a pair must agree
+            print(f"  {r['name']:<{width}}  {r['family']:<7} {r['io'] or '-':<{io}}  {r['doc']}", file=out)
         if not picked:
             print("  (none registered)", file=out)
 

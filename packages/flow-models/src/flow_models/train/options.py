@@ -250,7 +250,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("log_every", int, "steps between training-loss records in metrics.jsonl", low=1),
     _S("progress", bool, "show a progress bar"),
     _S("sample", bool, "print text sampled from the model at the end (language models)"),
-    _S("prompt", str, "text the sample starts from", rule=_some_text, rule_doc="not empty"),
+    _S("prompt", str, "text the sample starts from", rule=_some_text, rule_doc="that is not empty"),
     _S("sample_length", int, "tokens to sample", low=1),
     _S("temperature", float, "sampling temperature (0 picks the most likely token)", low=0),
     _S("top_k", int, "sample from the k most likely tokens only", low=1, optional=True),
