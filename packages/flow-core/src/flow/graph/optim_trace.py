@@ -175,7 +175,9 @@ def _trace_bucket(tracer, opt, oname, gi, bi, b, idx, names, group, lr, SGD, Ada
         present = tracer.host_input(f"{oname}.group{gi}.present", TensorMeta((len(names),), D.bool, b.device),
                                     partial(_feed_present, opt, gi, bi, ia, tuple(names)))
         cls = type(opt)
-        hyper = tuple(sorted((k, v) for k, v in group.items() if k not in ("params", "lr", "initial_lr")))
+        # lists (betas=[0.9, 0.99]) become tuples: attributes are hashed
+        hyper = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in group.items()
+                             if k not in ("params", "lr", "initial_lr")))
         outs = flow.ops.call("optimizer_update", params, grads, states, lr, step, present,
                              optimizer=f"{cls.__module__}:{cls.__qualname__}", hyper=hyper, names=tuple(names),
                              inplace=True)

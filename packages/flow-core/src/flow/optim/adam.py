@@ -28,7 +28,7 @@ class Adam(Optimizer):
                  amsgrad: bool = False, *, maximize: bool = False, decoupled_weight_decay: bool | None = None) -> None:
         if decoupled_weight_decay is None:
             decoupled_weight_decay = self._decoupled
-        defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas, eps=eps,
+        defaults = dict(lr=lr, betas=betas, eps=eps,
                         weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
                         decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)

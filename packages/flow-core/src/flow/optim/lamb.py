@@ -30,7 +30,7 @@ class LAMB(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0,
                  bias_correction: bool = True, *, maximize: bool = False) -> None:
-        defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas, eps=eps,
+        defaults = dict(lr=lr, betas=betas, eps=eps,
                         weight_decay=weight_decay, bias_correction=bias_correction, maximize=maximize)
         super().__init__(params, defaults)
 
