@@ -327,8 +327,9 @@ def _t(*shape, dtype=np.float64):
     (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3, dtype=np.float32)), OpTypeError, ["conv2d", "dtype"]),
     (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), stride=(1, 2, 3)), OpTypeError, ["conv2d", "stride"]),
     (lambda: F.conv2d(np.zeros((1, 3, 5, 5)), _t(4, 3, 3, 3)), OpTypeError, ["conv2d", "input", "Tensor"]),
-    (lambda: F.conv2d(flow.tensor(np.ones((1, 3, 5, 5), np.int64)), flow.tensor(np.ones((4, 3, 3, 3), np.int64))),
-     OpTypeError, ["conv2d", "floating"]),
+    # integers convolve in their dtype, as in PyTorch on the CPU; bools do not
+    (lambda: F.conv2d(flow.tensor(np.ones((1, 3, 5, 5), np.bool_)), flow.tensor(np.ones((4, 3, 3, 3), np.bool_))),
+     OpTypeError, ["conv2d", "not bool"]),
     (lambda: F.conv1d(_t(1, 3, 5, 5), _t(4, 3, 3)), OpError, ["conv1d", "input", "2-d or 3-d"]),
     (lambda: F.conv1d(_t(1, 3, 2), _t(4, 3, 3)), OpError, ["conv1d", "kernel size 3"]),
     (lambda: F.conv1d(_t(1, 2, 8), _t(4, 3, 3)), OpError, ["conv1d", "channels"]),

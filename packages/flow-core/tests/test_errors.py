@@ -101,7 +101,7 @@ def test_kernel_errors_never_leak_numpy_tracebacks():
     with pytest.raises(FlowError) as ei:
         flow.ones(2, 3) + flow.ones(3, 2)
     assert "operands could not be broadcast" not in str(ei.value)  # NumPy's wording
-    with pytest.raises(OpError, match=r"floor_divide: failed for inputs with shapes \[\(2,\), 0\].*division by zero"):
+    with pytest.raises(OpError, match=r"floor_divide: integer division by zero"):
         flow.tensor([1, 2]) // 0
     assert (flow.tensor([1, 2]) & 1).tolist() == [1, 0]  # scalars are not mistaken for tensors by meta rules
 

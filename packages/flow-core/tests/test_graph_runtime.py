@@ -17,7 +17,7 @@ from flow.graph import GraphExecutionError, GraphTraceError
 from flow.graph.dataflow import Actor, Channel, DataflowScheduler, Prefetcher, connect
 from flow.ops.meta import same
 from flow.plugins import hookimpl
-from flow.registry import schema
+from flow.registry import Attr, schema
 
 
 def _mlp():
@@ -178,7 +178,7 @@ def _fast(xp):
 @pytest.fixture
 def toy_op_plugin():
     def ops(registry):
-        registry.register_op(schema("toy_scale", ["x"], []), meta=same, samples=None)
+        registry.register_op(schema("toy_scale", ["x"], [Attr("factor", float)]), meta=same, samples=None)
 
     def kernels(registry):
         registry.register_kernel("toy_scale", "cpu", _slow, name="slow")

@@ -146,7 +146,7 @@ def test_einsum_errors():
         flow.einsum("i.j->i", a)
     with pytest.raises(OpTypeError, match="operand 1 must be a Tensor"):
         flow.einsum("ij,jk", a, np.ones((3, 2)))
-    with pytest.raises(OpTypeError, match="bool tensors"):
+    with pytest.raises(OpTypeError, match=r"\(not bool\)"):
         flow.einsum("i->", T(np.array([True])))
     with pytest.raises(OpError, match=r"subscript 'i' has size 2 \(operand 0, dim 0\) but 3 \(operand 0, dim 1\)"):
         flow.einsum("ii->i", T(rand((2, 3))))

@@ -420,7 +420,9 @@ def _t(*shape):
     (lambda: F.max_pool1d(_t(1, 1, 4, 4), 2), OpError, ["max_pool1d", "2-d or 3-d"]),
     (lambda: F.max_pool1d(_t(1, 1, 2), 3), OpError, ["max_pool1d", "too small"]),
     (lambda: F.avg_pool2d(_t(1, 1, 4, 4), 2, divisor_override=0), OpError, ["avg_pool2d", "divisor_override"]),
-    (lambda: F.avg_pool2d(flow.tensor(np.ones((1, 1, 4, 4), np.int64)), 2), OpTypeError, ["avg_pool2d", "floating"]),
+    # as PyTorch on the CPU: int64 averages (truncating), other integer dtypes do not
+    (lambda: F.avg_pool2d(flow.tensor(np.ones((1, 1, 4, 4), np.int32)), 2), OpTypeError,
+     ["avg_pool2d", "floating-point or int64", "int32"]),
     (lambda: F.avg_pool1d(_t(1, 1, 4), 2, padding=-1), OpError, ["avg_pool1d", "padding"]),
     (lambda: F.adaptive_avg_pool2d(_t(1, 1, 4, 4), 0), OpError, ["adaptive_avg_pool2d", "output_size", ">= 1"]),
     (lambda: F.adaptive_avg_pool2d(_t(1, 1, 4, 4), (1, 2, 3)), OpError, ["adaptive_avg_pool2d", "output_size"]),

@@ -35,7 +35,7 @@ import flow
 from flow import _dtype as D
 from flow.errors import OpError
 from flow.ops.meta import TensorMeta
-from flow.registry.ops import Attr, schema
+from flow.registry.ops import ANY, BOOL, FLOAT, INTEGER, Attr, schema
 
 # -- flat views -------------------------------------------------------------------------------
 
@@ -276,8 +276,10 @@ def _generic_meta(params, grads, states, lr, step, present, *, names=(), **attrs
 
 
 def _mask_meta(x, *, shape=(), p=0.5, scale=1.0):
-    if not x.dtype.is_floating_point:
-        raise OpError("bernoulli_mask", f"expected a floating-point input, got {x.dtype}")
+    if any(s < 0 for s in shape):
+        raise OpError("bernoulli_mask", f"'shape' must hold non-negative sizes, got {tuple(shape)}")
+    if not 0.0 <= p <= 1.0:
+        raise OpError("bernoulli_mask", f"'p' must be a probability in [0, 1], got {p}")
     return TensorMeta(tuple(int(s) for s in shape), x.dtype, x.device)
 
 
@@ -294,27 +296,43 @@ def _opt_samples(kind):
         gs = [uniform(s, seed=10 + i) for i, s in enumerate(shapes)]
         st = [uniform(s, 0.1, 1.0, seed=20 + i) for i, s in enumerate(shapes)]
         lr = flow.tensor(0.1, dtype=flow.float64)
+        from flow.errors import OpError as E
+        from flow.testing import ErrorInput
+
+        short, odd = gs[:1], [gs[1], gs[0]]  # one gradient too few; gradients of the wrong shapes
         if kind == "sgd":
             yield SampleInput((ps, gs, st, lr, flow.tensor(False)), dict(momentum=0.9, weight_decay=0.01))
             yield SampleInput((ps, gs, [], lr, flow.tensor(True)), dict(nesterov=False, maximize=True))
+            yield ErrorInput((ps, short, st, lr, flow.tensor(False)), {}, E, "expected one gradient per parameter")
+            yield ErrorInput((ps, odd, st, lr, flow.tensor(False)), {}, E, "gradient of shape (5,)")
+            yield ErrorInput((ps, gs, st[:1], lr, flow.tensor(False)), {}, E, "one momentum buffer per parameter")
+            yield ErrorInput(([], [], [], lr, flow.tensor(False)), {}, E, "at least one parameter")
         elif kind == "adam":
             st2 = [uniform(s, 0.1, 1.0, seed=30 + i) for i, s in enumerate(shapes)]
             yield SampleInput((ps, gs, st, st2, [], lr, flow.tensor(3)), dict(weight_decay=0.01))
             yield SampleInput((ps, gs, st, st2, st2, lr, flow.tensor(1)), dict(amsgrad=True, decoupled=True))
+            yield ErrorInput((ps, short, st, st2, [], lr, flow.tensor(3)), {}, E, "expected one gradient")
+            yield ErrorInput((ps, gs, odd, st2, [], lr, flow.tensor(3)), {}, E, "exp_avg of shape (5,)")
+            yield ErrorInput((ps, gs, st, st2, [], lr, flow.tensor(3)), {"amsgrad": True}, E, "max_exp_avg_sq")
         else:
             hyper = (("alpha", 0.99), ("centered", False), ("eps", 1e-8), ("foreach", None), ("maximize", False),
                      ("momentum", 0.0), ("weight_decay", 0.0), ("capturable", False), ("differentiable", False))
-            yield SampleInput((ps, gs, st, lr, flow.tensor(2), flow.tensor([True])),
-                              dict(optimizer="flow.optim.rmsprop:RMSprop", hyper=hyper, names=("square_avg",)))
+            at = dict(optimizer="flow.optim.rmsprop:RMSprop", hyper=hyper, names=("square_avg",))
+            yield SampleInput((ps, gs, st, lr, flow.tensor(2), flow.tensor([True])), at)
+            yield ErrorInput((ps, short, st, lr, flow.tensor(2), flow.tensor([True])), at, E, "expected one gradient")
+            yield ErrorInput((ps, gs, st[:1], lr, flow.tensor(2), flow.tensor([True])), at, E,
+                             "expected 1 states per parameter")
 
     return samples
 
 
 def _mask_samples():
     from flow.ops._samples import uniform
-    from flow.testing import SampleInput
+    from flow.testing import ErrorInput, SampleInput
 
     yield SampleInput((uniform((3, 4)),), dict(shape=(3, 4), p=0.25, scale=4.0 / 3.0), grad=False)
+    yield ErrorInput((uniform((3, 4)),), dict(shape=(3, -4), p=0.25), OpError, "non-negative sizes")
+    yield ErrorInput((uniform((3, 4)),), dict(shape=(3, 4), p=1.5), OpError, "'p' must be a probability")
 
 
 # -- registration (the built-in plugin flow.graph calls these) -----------------------------------
@@ -323,18 +341,24 @@ _OPS = {
     "sgd_update": (schema("sgd_update", ["*params", "*grads", "*momentum_buffers", "lr", "first_step"],
                           [Attr("momentum", float, 0.0), Attr("dampening", float, 0.0), Attr("nesterov", bool, False),
                            Attr("weight_decay", float, 0.0), Attr("maximize", bool, False),
-                           Attr("inplace", bool, False)], outputs=("params", "momentum_buffers")),
+                           Attr("inplace", bool, False)], outputs=("params", "momentum_buffers"),
+                          dtypes={"params": FLOAT, "grads": FLOAT, "momentum_buffers": FLOAT, "lr": FLOAT,
+                                  "first_step": BOOL}),
                    _sgd_meta, _sgd_kernel, _opt_samples("sgd")),
     "adam_update": (schema("adam_update", ["*params", "*grads", "*exp_avgs", "*exp_avg_sqs", "*max_exp_avg_sqs",
                                            "lr", "step"],
                            [Attr("beta1", float, 0.9), Attr("beta2", float, 0.999), Attr("eps", float, 1e-8),
                             Attr("weight_decay", float, 0.0), Attr("decoupled", bool, False),
                             Attr("amsgrad", bool, False), Attr("maximize", bool, False), Attr("inplace", bool, False)],
-                           outputs=("params", "states")),
+                           outputs=("params", "states"),
+                           dtypes={"params": FLOAT, "grads": FLOAT, "exp_avgs": FLOAT, "exp_avg_sqs": FLOAT,
+                                   "max_exp_avg_sqs": FLOAT, "lr": FLOAT, "step": INTEGER}),
                     _adam_meta, _adam_kernel, _opt_samples("adam")),
     "optimizer_update": (schema("optimizer_update", ["*params", "*grads", "*states", "lr", "step", "present"],
                                 [Attr("optimizer", str, ""), Attr("hyper", tuple, ()), Attr("names", tuple, ()),
-                                 Attr("inplace", bool, False)], outputs=("params", "states")),
+                                 Attr("inplace", bool, False)], outputs=("params", "states"),
+                                dtypes={"params": FLOAT, "grads": FLOAT, "states": ANY, "lr": FLOAT,
+                                        "step": INTEGER, "present": BOOL}),
                          _generic_meta, _generic_kernel, _opt_samples("generic")),
 }
 
@@ -343,8 +367,9 @@ def register_ops(registry) -> None:
     for name, (sch, meta, _, samples) in _OPS.items():
         registry.register_op(sch, meta, None, save="none", samples=samples, eager_meta=True,
                              doc=f"fused optimizer update ({name}); see flow.graph.optim_ops")
-    registry.register_op(schema("bernoulli_mask", ["input"], [Attr("shape", tuple, ()), Attr("p", float, 0.5),
-                                                              Attr("scale", float, 1.0)]),
+    registry.register_op(schema("bernoulli_mask", ["input"], [Attr("shape", tuple, (), items=int),
+                                                              Attr("p", float, 0.5), Attr("scale", float, 1.0)],
+                                dtypes=FLOAT),
                          _mask_meta, None, save="none", samples=_mask_samples, nondeterministic=True,
                          doc="dropout keep mask (0 or scale) drawn from the default generator")
 

@@ -8,22 +8,43 @@ hooks a third-party plugin uses.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from flow._dispatch import OpHandle
-from flow.registry.ops import Attr, schema
+from flow.registry.ops import Attr, Dtypes, schema
 
 OP_SPECS: list[dict] = []
+# ``no_error_samples=`` of ops that take every tensor (any dtype, any shape) and have no attributes
+ANY_TENSOR = "takes a tensor of any dtype and shape, and has no attributes"
 KERNEL_SPECS: list[dict] = []
 
 
 def defop(name: str, inputs: Sequence[str], attrs: Sequence[Attr] = (), outputs: Sequence[str] = ("out",), *,
-          meta: Callable, grad: Callable | None = None, save: str = "both", elementwise: bool = False,
-          samples: Callable | None = None, **kwargs) -> OpHandle:
-    """Declare a core op and return its handle (what the Python function calls)."""
-    OP_SPECS.append(dict(schema=schema(name, inputs, attrs, outputs), meta=meta, grad=grad, save=save,
-                         elementwise=elementwise, samples=samples, **kwargs))
+          meta: Callable, dtypes: Dtypes | Mapping[str, Dtypes] | None = None, grad: Callable | None = None,
+          save: str = "both", elementwise: bool = False, samples: Callable | None = None, **kwargs) -> OpHandle:
+    """Declare a core op and return its handle (what the Python function calls).
+
+    ``dtypes`` is the dtype rule of every tensor input (or a mapping input name -> rule), see
+    :class:`flow.registry.ops.Dtypes`; it is required, so that every op states what it rejects.
+    """
+    OP_SPECS.append(dict(schema=schema(name, inputs, attrs, outputs, dtypes=dtypes), meta=meta, grad=grad,
+                         save=save, elementwise=elementwise, samples=samples, **kwargs))
     return OpHandle(name)
+
+
+def promote_float(op: str | OpHandle, x, k: int = 0):
+    """``x`` as input ``k`` of ``op`` takes it: cast to the default float dtype when the op's
+    schema promotes integer and bool input there (``FLOAT_PROMOTE``), as is otherwise."""
+    from flow import _dtype as D
+    from flow.registry import get_op
+
+    opdef = (op.opdef or op.resolve()) if isinstance(op, OpHandle) else get_op(op)
+    rule = opdef.schema.inputs[k].dtypes
+    if rule is not None and rule.promote and not x.dtype.is_floating_point:
+        from flow.ops.conversion import to_dtype
+
+        return to_dtype(x, D._default_dtype)
+    return x
 
 
 def kernel(op: str | OpHandle, device: str = "generic", *, dtypes=None, name: str = "default"):

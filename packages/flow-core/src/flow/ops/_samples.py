@@ -68,5 +68,30 @@ def binary(low=-2.0, high=2.0, b_low=None, b_high=None, kinks_equal=False, grad=
         yield SampleInput((uniform((3, 4), low, high, 1), uniform((3, 4), bl, bh, 2)), grad=grad)
         yield SampleInput((uniform((2, 3, 4), low, high, 3), uniform((3, 1), bl, bh, 4)), grad=grad)
         yield SampleInput((uniform((4,), low, high, 5), uniform((), bl, bh, 6)), grad=grad)
+        yield SampleInput((uniform((0, 4), low, high, 7), uniform((1, 4), bl, bh, 8)), grad=grad)
+        yield from broadcast_errors(uniform((3, 4), low, high, 1), uniform((2, 4), bl, bh, 2))
 
     return samples
+
+
+def broadcast_errors(a, b):
+    """Error inputs of a binary elementwise op: shapes that do not broadcast."""
+    from flow.errors import OpError
+    from flow.testing import ErrorInput
+
+    yield ErrorInput((a, b), {}, OpError, "cannot be broadcast")
+    yield ErrorInput((a.reshape(-1)[:3], b.reshape(-1)[:4]), {}, OpError, "cannot be broadcast")
+
+
+def dim_errors(x, extra: dict | None = None, tuple_dims: bool = True, name: str = "dim"):
+    """Error inputs of an op reducing (or scanning) ``x`` over ``dim``: a dim past the last one, and
+    (``tuple_dims``) a dim named twice."""
+    from flow.errors import OpError, OpIndexError
+    from flow.testing import ErrorInput
+
+    nd = max(x.ndim, 1)
+    kw = dict(extra or {})
+    yield ErrorInput((x,), {**kw, name: (nd,) if tuple_dims else nd}, OpIndexError, "out of range")
+    yield ErrorInput((x,), {**kw, name: (-nd - 1,) if tuple_dims else -nd - 1}, OpIndexError, "out of range")
+    if tuple_dims and x.ndim:
+        yield ErrorInput((x,), {**kw, name: (0, -nd)}, OpError, "names a dimension twice")

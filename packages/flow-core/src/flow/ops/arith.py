@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow import _dtype as D
 from flow._dispatch import binary
-from flow.errors import OpTypeError
+from flow.errors import OpError
 from flow.ops import meta as M
 from flow.ops._define import defop, generic
 from flow.ops._grad_util import sum_to_shape
+from flow.registry.ops import ANY, FLOAT_PROMOTE, NUMERIC
 
 
 def _shape(ctx, i):
@@ -84,34 +84,31 @@ def _remainder_grad(ctx, g):
     return sum_to_shape(g, _shape(ctx, 0)) if ctx.next[0][0] is not None else None, None
 
 
-ADD = defop("add", ["input", "other"], meta=M.elementwise("add"), grad=_add_grad, save="none", elementwise=True)
-SUB = defop("sub", ["input", "other"], meta=M.elementwise("sub"), grad=_sub_grad, save="none", elementwise=True)
-MUL = defop("mul", ["input", "other"], meta=M.elementwise("mul"), grad=_mul_grad, save="inputs", elementwise=True)
-DIV = defop("div", ["input", "other"], meta=M.elementwise("div"), grad=_div_grad, save="inputs", elementwise=True)
-POW = defop("pow", ["input", "exponent"], meta=M.elementwise("pow"), grad=_pow_grad, save="both", elementwise=True)
-MAXIMUM = defop("maximum", ["input", "other"], meta=M.elementwise("maximum"),
+# add, mul, maximum and minimum take bools (logical or, and, ...); sub and pow do not, as in PyTorch.
+ADD = defop("add", ["input", "other"], meta=M.elementwise("add"), dtypes=ANY, grad=_add_grad, save="none",
+            elementwise=True)
+SUB = defop("sub", ["input", "other"], meta=M.elementwise("sub"), dtypes=NUMERIC, grad=_sub_grad, save="none",
+            elementwise=True)
+MUL = defop("mul", ["input", "other"], meta=M.elementwise("mul"), dtypes=ANY, grad=_mul_grad, save="inputs",
+            elementwise=True)
+DIV = defop("div", ["input", "other"], meta=M.elementwise("div"), dtypes=FLOAT_PROMOTE, grad=_div_grad,
+            save="inputs", elementwise=True)
+# A bool base takes only a bool scalar exponent (``b ** True``), as in PyTorch; its dispatch runs the meta
+# rule, since the exponent's dtype is not the base's.
+POW = defop("pow", ["input", "exponent"], meta=M.elementwise("pow"), dtypes={"input": ANY, "exponent": NUMERIC},
+            grad=_pow_grad, save="both", elementwise=True, eager_meta=True)
+MAXIMUM = defop("maximum", ["input", "other"], meta=M.elementwise("maximum"), dtypes=ANY,
                 grad=_minmax_grad(lambda a, b: a > b), save="inputs", elementwise=True)
-MINIMUM = defop("minimum", ["input", "other"], meta=M.elementwise("minimum"),
+MINIMUM = defop("minimum", ["input", "other"], meta=M.elementwise("minimum"), dtypes=ANY,
                 grad=_minmax_grad(lambda a, b: a < b), save="inputs", elementwise=True)
-def _no_bool(name):
-    rule = M.elementwise(name)
-
-    def meta(*xs, **attrs):
-        m = rule(*xs, **attrs)
-        if m.dtype is D.bool:
-            raise OpTypeError(name, "bool tensors are not supported; convert them to an integer dtype first")
-        return m
-
-    return meta
-
-
-REMAINDER = defop("remainder", ["input", "other"], meta=_no_bool("remainder"), grad=_remainder_grad,
-                  save="none", elementwise=True)
-FMOD = defop("fmod", ["input", "other"], meta=_no_bool("fmod"), grad=_remainder_grad, save="none",
-             elementwise=True)
-FLOOR_DIVIDE = defop("floor_divide", ["input", "other"], meta=_no_bool("floor_divide"), save="none",
-                     elementwise=True)
-ATAN2 = defop("atan2", ["input", "other"], meta=M.elementwise("atan2"), save="inputs", elementwise=True,
+REMAINDER = defop("remainder", ["input", "other"], meta=M.elementwise("remainder"), dtypes=NUMERIC,
+                  grad=_remainder_grad, save="none", elementwise=True)
+FMOD = defop("fmod", ["input", "other"], meta=M.elementwise("fmod"), dtypes=NUMERIC, grad=_remainder_grad,
+             save="none", elementwise=True)
+FLOOR_DIVIDE = defop("floor_divide", ["input", "other"], meta=M.elementwise("floor_divide"), dtypes=NUMERIC,
+                     save="none", elementwise=True)
+ATAN2 = defop("atan2", ["input", "other"], meta=M.elementwise("atan2"), dtypes=FLOAT_PROMOTE, save="inputs",
+              elementwise=True,
               grad=lambda ctx, g: (
                   sum_to_shape(g * ctx.inputs[1] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2), ctx.input_shape(0)),
                   sum_to_shape(-g * ctx.inputs[0] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2),
@@ -131,7 +128,7 @@ def _pow_kernel(xp):
         dt = a.dtype
         if dt.kind in "iu" and xp.any(xp.asarray(b) < 0):
             if isinstance(b, np.generic):  # a negative Python number as exponent, as PyTorch
-                raise ValueError("Integers to negative integer powers are not allowed.")
+                raise OpError("pow", "Integers to negative integer powers are not allowed.")
             # elementwise negative exponents of integers, as PyTorch: 1 -> 1, -1 -> +-1, others -> 0
             neg = b < 0
             r = xp.power(a, xp.where(neg, 0, b).astype(dt, copy=False))
@@ -144,16 +141,13 @@ def _pow_kernel(xp):
     return run
 
 
-def _int_safe(fn_name):
+def _int_safe(fn_name, op_name):
     def factory(xp):
         f = getattr(xp, fn_name)
 
         def run(a, b):
-            dt = a.dtype
-            if dt.kind == "b":
-                raise TypeError(f"{fn_name} is not defined for bool tensors")
-            if dt.kind in "iu" and xp.any(xp.asarray(b) == 0):
-                raise ZeroDivisionError(f"{fn_name}: integer division by zero")
+            if a.dtype.kind in "iu" and xp.any(xp.asarray(b) == 0):
+                raise OpError(op_name, "integer division by zero")
             return f(a, b)
 
         return run
@@ -168,9 +162,9 @@ generic(DIV, _div_kernel)
 generic(POW, _pow_kernel)
 generic(MAXIMUM, lambda xp: xp.maximum)
 generic(MINIMUM, lambda xp: xp.minimum)
-generic(REMAINDER, _int_safe("remainder"))
-generic(FMOD, _int_safe("fmod"))
-generic(FLOOR_DIVIDE, _int_safe("floor_divide"))
+generic(REMAINDER, _int_safe("remainder", "remainder"))
+generic(FMOD, _int_safe("fmod", "fmod"))
+generic(FLOOR_DIVIDE, _int_safe("floor_divide", "floor_divide"))
 generic(ATAN2, lambda xp: xp.arctan2)
 
 
@@ -268,14 +262,34 @@ subtract = sub
 # -- opcheck samples ------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 for _h in (ADD, SUB, MUL, MAXIMUM, MINIMUM, ATAN2):
     set_samples(_h, S.binary())
 set_samples(DIV, S.binary(b_low=0.5, b_high=2.0))
-set_samples(POW, S.binary(0.5, 2.0, -1.5, 1.5))
-set_samples(REMAINDER, S.binary(0.1, 0.9, 1.5, 2.0))
-set_samples(FMOD, S.binary(0.1, 0.9, 1.5, 2.0))
-set_samples(FLOOR_DIVIDE, S.binary(b_low=0.5, b_high=2.0, grad=False))
+
+
+def _pow_samples():
+    yield from S.binary(0.5, 2.0, -1.5, 1.5)()
+    yield SampleInput((S.ints((3, 4), -3, 4, seed=1), S.ints((3, 4), -2, 3, seed=2)))
+    yield ErrorInput((S.ints((3, 4), 1, 4), np.int64(-1)), {}, OpError, "Integers to negative integer powers",
+                     values=True)
+
+
+def _int_division_samples(base):
+    def samples():
+        yield from base()
+        yield SampleInput((S.ints((3, 4), -5, 6, seed=1), S.ints((3, 4), 1, 4, seed=2)))
+        yield ErrorInput((S.ints((3, 4), 1, 4), S.ints((3, 4), 0, 1)), {}, OpError, "integer division by zero",
+                         values=True)
+
+    return samples
+
+
+set_samples(POW, _pow_samples)
+set_samples(REMAINDER, _int_division_samples(S.binary(0.1, 0.9, 1.5, 2.0)))
+set_samples(FMOD, _int_division_samples(S.binary(0.1, 0.9, 1.5, 2.0)))
+set_samples(FLOOR_DIVIDE, _int_division_samples(S.binary(b_low=0.5, b_high=2.0, grad=False)))
 
 __all__ = [
     "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "pow", "float_power", "maximum", "minimum",

@@ -6,11 +6,13 @@ from flow import _dtype as D
 from flow._dispatch import binary, call
 from flow.errors import OpTypeError
 from flow.ops import meta as M
-from flow.ops._define import defop, generic
+from flow.ops._define import ANY_TENSOR, defop, generic
+from flow.registry.ops import ANY, INTEGRAL
 
 
 def _def_cmp(name, np_name):
-    h = defop(name, ["input", "other"], meta=M.elementwise(name, out_dtype=D.bool), save="none", elementwise=True)
+    h = defop(name, ["input", "other"], meta=M.elementwise(name, out_dtype=D.bool), dtypes=ANY, save="none",
+              elementwise=True)
     generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input, other):
@@ -36,7 +38,7 @@ def _bool_meta(name):
 
 
 def _def_logical(name, np_name):
-    h = defop(name, ["input", "other"], meta=_bool_meta(name), save="none", elementwise=True)
+    h = defop(name, ["input", "other"], meta=_bool_meta(name), dtypes=ANY, save="none", elementwise=True)
     generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input, other):
@@ -52,7 +54,8 @@ LOGICAL_OR, logical_or = _def_logical("logical_or", "logical_or")
 LOGICAL_XOR, logical_xor = _def_logical("logical_xor", "logical_xor")
 
 LOGICAL_NOT = defop("logical_not", ["input"], meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device),
-                    save="none", elementwise=True)
+                    dtypes=ANY, save="none", elementwise=True,
+                    no_error_samples=ANY_TENSOR)
 generic(LOGICAL_NOT, lambda xp: xp.logical_not)
 
 
@@ -61,18 +64,9 @@ def logical_not(input):
     return call(LOGICAL_NOT, input)
 
 
-def _int_meta(name):
-    def rule(a, b):
-        m = M.elementwise(name)(a, b)
-        if m.dtype.is_floating_point:
-            raise OpTypeError(name, f"expected integer or bool tensors, got {m.dtype}")
-        return m
-
-    return rule
-
-
 def _def_bitwise(name, np_name):
-    h = defop(name, ["input", "other"], meta=_int_meta(name), save="none", elementwise=True, eager_meta=True)
+    h = defop(name, ["input", "other"], meta=M.elementwise(name), dtypes=INTEGRAL, save="none", elementwise=True,
+              eager_meta=True)
     generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input, other):
@@ -87,13 +81,7 @@ BITWISE_OR, bitwise_or = _def_bitwise("bitwise_or", "bitwise_or")
 BITWISE_XOR, bitwise_xor = _def_bitwise("bitwise_xor", "bitwise_xor")
 
 
-def _bnot_meta(x):
-    if x.dtype.is_floating_point:
-        raise OpTypeError("bitwise_not", f"expected an integer or bool tensor, got {x.dtype}")
-    return M.same(x)
-
-
-BITWISE_NOT = defop("bitwise_not", ["input"], meta=_bnot_meta, save="none", elementwise=True, eager_meta=True)
+BITWISE_NOT = defop("bitwise_not", ["input"], meta=M.same, dtypes=INTEGRAL, save="none", elementwise=True)
 generic(BITWISE_NOT, lambda xp: xp.invert)
 
 
@@ -102,19 +90,24 @@ def bitwise_not(input):
 
 
 def _def_class(name, np_name):
-    h = defop(name, ["input"], meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device), save="none",
-              elementwise=True)
+    h = defop(name, ["input"], meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device), dtypes=ANY,
+              save="none", elementwise=True,
+              no_error_samples="takes a tensor of any dtype and shape (integers are finite), and has no attributes")
     generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input):
-        if not input.dtype.is_floating_point:
-            from flow._creation import ones_like, zeros_like
-
-            return ones_like(input, dtype=D.bool) if name == "isfinite" else zeros_like(input, dtype=D.bool)
+        if not isinstance(input, _tensor_class()):
+            raise OpTypeError(name, f"'input' must be a Tensor, got {type(input).__name__}")
         return call(h, input)
 
     fn.__name__ = name
     return h, fn
+
+
+def _tensor_class():
+    from flow._tensor import Tensor
+
+    return Tensor
 
 
 ISNAN, isnan = _def_class("isnan", "isnan")
@@ -155,16 +148,20 @@ def _cmp_samples():
     a = S.ints((3, 4), -2, 3, seed=1).double()
     yield SampleInput((a, S.ints((3, 4), -2, 3, seed=2).double()))
     yield SampleInput((a, S.ints((4,), -2, 3, seed=3).double()))
+    yield SampleInput((S.ints((3, 4), -2, 3, seed=4), S.ints((3, 4), -2, 3, seed=5)))
+    yield from S.broadcast_errors(a, S.uniform((2, 4), seed=6))
 
 
 def _bool2():
     yield SampleInput((S.bools((3, 4), 1), S.bools((3, 4), 2)))
     yield SampleInput((S.bools((3, 4), 1), S.bools((4,), 3)))
+    yield from S.broadcast_errors(S.bools((3, 4), 1), S.bools((2, 4), 3))
 
 
 def _int2():
     yield SampleInput((S.ints((3, 4), 0, 16, 1), S.ints((3, 4), 0, 16, 2)))
     yield SampleInput((S.bools((3, 4), 1), S.bools((3, 4), 2)))
+    yield from S.broadcast_errors(S.ints((3, 4), 0, 16, 1), S.ints((2, 4), 0, 16, 2))
 
 
 def _classify():
@@ -182,7 +179,7 @@ for _h in (BITWISE_AND, BITWISE_OR, BITWISE_XOR):
     set_samples(_h, _int2)
 set_samples(BITWISE_NOT, lambda: [SampleInput((S.ints((3, 4), 0, 16),)), SampleInput((S.bools((5,)),))])
 for _h in (ISNAN, ISINF, ISFINITE):
-    set_samples(_h, _classify)
+    set_samples(_h, lambda: [*_classify(), SampleInput((S.ints((3, 4), -3, 3),)), SampleInput((S.bools((5,)),))])
 
 __all__ = [
     "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal",

@@ -6,8 +6,8 @@ from flow import _dtype as D
 from flow._dispatch import call
 from flow.errors import OpTypeError
 from flow.ops import meta as M
-from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.ops._define import ANY_TENSOR, defop, kernel
+from flow.registry.ops import ANY, Attr
 
 
 def _cast_meta(x, dtype):
@@ -19,7 +19,8 @@ def _cast_grad(ctx, g):
     return (g.to(src) if src.is_floating_point else None,)
 
 
-CAST = defop("cast", ["x"], [Attr("dtype", str)], meta=_cast_meta, grad=_cast_grad, save="none")
+CAST = defop("cast", ["x"], [Attr("dtype", str, choices=tuple(d.name for d in D.ALL_DTYPES))], meta=_cast_meta,
+             dtypes=ANY, grad=_cast_grad, save="none")
 
 
 @kernel(CAST)
@@ -38,7 +39,8 @@ def to_dtype(x, dtype) -> "Tensor":  # noqa: F821
     return call(CAST, x, dtype=dtype.name)
 
 
-CLONE = defop("clone", ["x"], meta=M.same, grad=lambda ctx, g: (g,), save="none")
+CLONE = defop("clone", ["x"], meta=M.same, dtypes=ANY, grad=lambda ctx, g: (g,), save="none",
+              no_error_samples=ANY_TENSOR)
 
 
 @kernel(CLONE)
@@ -54,7 +56,8 @@ def clone(x, *, memory_format=None) -> "Tensor":  # noqa: F821
     return call(CLONE, x)
 
 
-CONTIGUOUS = defop("contiguous", ["x"], meta=M.same, grad=lambda ctx, g: (g,), save="none")
+CONTIGUOUS = defop("contiguous", ["x"], meta=M.same, dtypes=ANY, grad=lambda ctx, g: (g,), save="none",
+                   no_error_samples=ANY_TENSOR)
 
 
 @kernel(CONTIGUOUS)

@@ -11,8 +11,8 @@ from flow import _dtype as D
 from flow._dispatch import call
 from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
-from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.ops._define import ANY_TENSOR, defop, kernel
+from flow.registry.ops import ANY, INDEX, Attr
 
 
 def check_range(op: str, idx, size: int, dim: int, allow_negative: bool = False) -> None:
@@ -53,7 +53,6 @@ def _grid(xp, index, d):
 
 # -- gather / scatter ----------------------------------------------------------------------------
 def _gather_meta(x, index, dim):
-    check_index_tensor("gather", index)
     dev = M.check_same_device("gather", x, index)
     nd = len(x.shape)
     if len(index.shape) != nd:
@@ -76,7 +75,7 @@ def _gather_grad(ctx, g):
 
 
 GATHER = defop("gather", ["input", "index"], [Attr("dim", int)], meta=_gather_meta, grad=_gather_grad,
-               save="inputs")
+               dtypes={"input": ANY, "index": INDEX}, save="inputs")
 
 
 @kernel(GATHER)
@@ -94,7 +93,6 @@ def _gather_kernel(xp):
 
 
 def _scatter_meta(x, index, src, dim, reduce=None):
-    check_index_tensor("scatter", index)
     dev = M.check_same_device("scatter", x, index, src)
     if src.dtype != x.dtype:
         raise OpTypeError("scatter", f"'src' must have the dtype of 'input' ({x.dtype}), got {src.dtype}")
@@ -136,7 +134,8 @@ def _scatter_grad(ctx, g):
 
 SCATTER = defop("scatter", ["input", "index", "src"],
                 [Attr("dim", int), Attr("reduce", (str, type(None)), None, (None, "add", "multiply"))],
-                meta=_scatter_meta, grad=_scatter_grad, save="inputs")
+                meta=_scatter_meta, grad=_scatter_grad, dtypes={"input": ANY, "index": INDEX, "src": ANY},
+                save="inputs")
 
 
 @kernel(SCATTER)
@@ -207,7 +206,6 @@ def scatter_add(input, dim: int, index, src):
 
 # -- index_select / index_add -----------------------------------------------------------------------
 def _index_vec_meta(op, x, index, dim):
-    check_index_tensor(op, index)
     if len(index.shape) > 1:
         raise OpError(op, f"'index' must be 0-d or 1-d, got shape {tuple(index.shape)}")
     if len(x.shape) == 0:
@@ -232,7 +230,7 @@ def _index_select_grad(ctx, g):
 
 
 INDEX_SELECT = defop("index_select", ["input", "index"], [Attr("dim", int)], meta=_index_select_meta,
-                     grad=_index_select_grad, save="inputs")
+                     grad=_index_select_grad, dtypes={"input": ANY, "index": INDEX}, save="inputs")
 
 
 @kernel(INDEX_SELECT)
@@ -268,7 +266,8 @@ def _index_add_grad(ctx, g):
 
 
 INDEX_ADD = defop("index_add", ["input", "index", "source"], [Attr("dim", int), Attr("alpha", (float, int), 1)],
-                  meta=_index_add_meta, grad=_index_add_grad, save="inputs")
+                  meta=_index_add_meta, grad=_index_add_grad, dtypes={"input": ANY, "index": INDEX, "source": ANY},
+                  save="inputs")
 
 
 @kernel(INDEX_ADD)
@@ -379,7 +378,8 @@ def _nonzero_meta(x):
     raise OpError("nonzero", "the output shape depends on the input's values; it is not known without data")
 
 
-NONZERO = defop("nonzero", ["input"], meta=_nonzero_meta, save="none", eager_meta=False)
+NONZERO = defop("nonzero", ["input"], meta=_nonzero_meta, dtypes=ANY, save="none", eager_meta=False,
+                no_error_samples=ANY_TENSOR)
 
 
 @kernel(NONZERO)
@@ -441,7 +441,7 @@ def take_along_dim(input, indices, dim: int | None = None):
 # -- opcheck samples ------------------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _perm_index(shape, dim, n, seed):
@@ -460,6 +460,13 @@ def _gather_samples():
     yield SampleInput((S.uniform((3, 4), seed=1), S.ints((2, 4), 0, 3, seed=2)), {"dim": 0})
     yield SampleInput((S.uniform((3, 4), seed=3), S.ints((3, 6), 0, 4, seed=4)), {"dim": 1})
     yield SampleInput((S.uniform((2, 3, 4), seed=5), S.ints((2, 2, 3), 0, 3, seed=6)), {"dim": -2})
+    yield SampleInput((S.uniform((3, 4), seed=1), S.ints((2, 4), 0, 3, seed=2, dtype=D.int32)), {"dim": 0})
+    x = S.uniform((3, 4), seed=1)
+    yield ErrorInput((x, S.ints((2,), 0, 3)), {"dim": 0}, OpError, "same number of dims")
+    yield ErrorInput((x, S.ints((2, 5), 0, 3)), {"dim": 0}, OpError, "exceeds the 'input' size 4 at dim 1")
+    yield ErrorInput((x, S.ints((2, 4), 0, 3)), {"dim": 2}, OpIndexError, "out of range")
+    yield ErrorInput((x, S.ints((2, 4), 3, 5)), {"dim": 0}, OpIndexError, "index 4 is out of range", values=True)
+    yield ErrorInput((x, S.ints((2, 4), -2, 0)), {"dim": 0}, OpIndexError, "is out of range", values=True)
 
 
 def _scatter_samples():
@@ -469,11 +476,23 @@ def _scatter_samples():
                       {"dim": 1, "reduce": "add"})
     yield SampleInput((S.uniform((3, 5), seed=7), S.ints((2, 4), 0, 5, seed=8), S.uniform((2, 4), seed=9)),
                       {"dim": 1, "reduce": "multiply"}, grad=False)
+    x, i, src = S.uniform((3, 5), seed=4), S.ints((3, 4), 0, 5, seed=5), S.uniform((3, 4), seed=6)
+    yield ErrorInput((x, i, S.ints((3, 4))), {"dim": 1, "reduce": None}, OpTypeError, "'src' must have the dtype")
+    yield ErrorInput((x, i[0], src), {"dim": 1, "reduce": None}, OpError, "same number of dims")
+    yield ErrorInput((x, i, src[:, :2]), {"dim": 1, "reduce": None}, OpError, "exceeds the 'src' shape")
+    yield ErrorInput((x, i, src), {"dim": -3, "reduce": None}, OpIndexError, "out of range")
+    yield ErrorInput((x, i + 5, src), {"dim": 1, "reduce": "add"}, OpIndexError, "out of range", values=True)
 
 
 def _index_select_samples():
     yield SampleInput((S.uniform((4, 3), seed=1), S.ints((5,), 0, 4, seed=2)), {"dim": 0})
     yield SampleInput((S.uniform((2, 3, 4), seed=3), S.ints((2,), 0, 4, seed=4)), {"dim": -1})
+    yield SampleInput((S.uniform((2, 3, 4), seed=3), S.ints((), 0, 4, seed=4, dtype=D.int32)), {"dim": 2})
+    x = S.uniform((4, 3), seed=1)
+    yield ErrorInput((x, S.ints((2, 2), 0, 3)), {"dim": 0}, OpError, "'index' must be 0-d or 1-d")
+    yield ErrorInput((S.uniform(()), S.ints((2,), 0, 1)), {"dim": 0}, OpError, "at least 1 dim")
+    yield ErrorInput((x, S.ints((2,), 0, 3)), {"dim": 2}, OpIndexError, "out of range")
+    yield ErrorInput((x, S.ints((2,), 4, 6)), {"dim": 0}, OpIndexError, "out of range", values=True)
 
 
 def _index_add_samples():
@@ -481,6 +500,11 @@ def _index_add_samples():
                       {"dim": 0, "alpha": 1})
     yield SampleInput((S.uniform((2, 4), seed=4), S.ints((3,), 0, 4, seed=5), S.uniform((2, 3), seed=6)),
                       {"dim": 1, "alpha": 2.5})
+    x, i, src = S.uniform((4, 3), seed=1), S.ints((5,), 0, 4, seed=2), S.uniform((5, 3), seed=3)
+    yield ErrorInput((x, i, src[:4]), {"dim": 0, "alpha": 1}, OpError, "'source' must have shape (5, 3)")
+    yield ErrorInput((x, i, S.ints((5, 3))), {"dim": 0, "alpha": 1}, OpTypeError, "'source' must have the dtype")
+    yield ErrorInput((x, i, src), {"dim": 2, "alpha": 1}, OpIndexError, "out of range")
+    yield ErrorInput((x, i + 4, src), {"dim": 0, "alpha": 1}, OpIndexError, "out of range", values=True)
 
 
 set_samples(GATHER, _gather_samples)

@@ -8,15 +8,13 @@ from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops._grad_util import sum_to_shape
-from flow.registry.ops import Attr
+from flow.registry.ops import NUMERIC, Attr
 
 
 def _matmul_meta(a, b):
     dev = M.check_same_device("matmul", a, b)
     if a.dtype != b.dtype:
         raise OpTypeError("matmul", f"expected both inputs to have the same dtype, got {a.dtype} and {b.dtype}")
-    if a.dtype.category == 0:
-        raise OpTypeError("matmul", "bool tensors are not supported")
     sa, sb = tuple(a.shape), tuple(b.shape)
     if len(sa) == 0 or len(sb) == 0:
         raise OpError("matmul", f"both arguments need at least 1 dimension, got shapes {sa} and {sb}")
@@ -59,7 +57,7 @@ def _matmul_grad(ctx, g):
     return ga, gb
 
 
-MATMUL = defop("matmul", ["input", "other"], meta=_matmul_meta, grad=_matmul_grad, save="inputs")
+MATMUL = defop("matmul", ["input", "other"], meta=_matmul_meta, dtypes=NUMERIC, grad=_matmul_grad, save="inputs")
 
 
 @kernel(MATMUL)
@@ -84,8 +82,6 @@ def _linear_meta(x, w, b=None):
     if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
         raise OpTypeError(op, f"expected input, weight and bias of one dtype, got {x.dtype}, {w.dtype}"
                               + ("" if b is None else f" and {b.dtype}"))
-    if x.dtype.category == 0:
-        raise OpTypeError(op, "bool tensors are not supported")
     if x.shape[1] != w.shape[1]:
         raise OpError(op, f"input of shape {tuple(x.shape)} does not match weight of shape {tuple(w.shape)} "
                           f"({x.shape[1]} != {w.shape[1]} in_features)")
@@ -106,7 +102,8 @@ def _linear_grad(ctx, g):
     return gx, gw, gb
 
 
-LINEAR = defop("linear", ["input", "weight", "bias?"], meta=_linear_meta, grad=_linear_grad, save="inputs")
+LINEAR = defop("linear", ["input", "weight", "bias?"], meta=_linear_meta, dtypes=NUMERIC, grad=_linear_grad,
+               save="inputs")
 
 
 @kernel(LINEAR)
@@ -236,8 +233,6 @@ def _einsum_meta(operands, equation):
         if t.dtype != dt:
             raise OpTypeError("einsum", f"operands must have the same dtype after promotion, got {dt} and {t.dtype} "
                                         f"(operand {i})")
-    if dt.category == 0:
-        raise OpTypeError("einsum", "bool tensors are not supported")
     shapes = [tuple(t.shape) for t in operands]
     _, sizes, terms, out = _einsum_parse(equation, shapes)
     for i, (t, s) in enumerate(zip(terms, shapes)):
@@ -281,8 +276,8 @@ def _einsum_grad(ctx, g):
     return (grads,)
 
 
-EINSUM = defop("einsum", ["*operands"], [Attr("equation", str)], meta=_einsum_meta, grad=_einsum_grad,
-               save="inputs")
+EINSUM = defop("einsum", ["*operands"], [Attr("equation", str)], meta=_einsum_meta, dtypes=NUMERIC,
+               grad=_einsum_grad, save="inputs")
 
 
 @kernel(EINSUM)
@@ -434,7 +429,7 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
 # -- opcheck samples ------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _mm_samples():
@@ -444,6 +439,12 @@ def _mm_samples():
     yield SampleInput((S.uniform((4,), seed=7), S.uniform((4, 3), seed=8)))
     yield SampleInput((S.uniform((3, 4), seed=9), S.uniform((4,), seed=10)))
     yield SampleInput((S.uniform((4,), seed=11), S.uniform((4,), seed=12)))
+    yield SampleInput((S.ints((3, 4), -3, 3, seed=13), S.ints((4, 2), -3, 3, seed=14)))
+    a = S.uniform((3, 4), seed=1)
+    yield ErrorInput((a, S.uniform((5, 2))), {}, OpError, "cannot be multiplied (4 != 5)")
+    yield ErrorInput((a, S.uniform(())), {}, OpError, "at least 1 dimension")
+    yield ErrorInput((S.uniform((2, 3, 4)), S.uniform((3, 4, 2))), {}, OpError, "cannot be broadcast")
+    yield ErrorInput((a, S.ints((4, 2))), {}, OpTypeError, "same dtype")
 
 
 set_samples(MATMUL, _mm_samples)
@@ -453,6 +454,12 @@ def _linear_samples():
     yield SampleInput((S.uniform((3, 4), seed=1), S.uniform((5, 4), seed=2), S.uniform((5,), seed=3)))
     yield SampleInput((S.uniform((2, 3), seed=4), S.uniform((4, 3), seed=5)))
     yield SampleInput((S.uniform((1, 1), seed=6), S.uniform((2, 1), seed=7), S.uniform((2,), seed=8)))
+    x, w, b = S.uniform((3, 4), seed=1), S.uniform((5, 4), seed=2), S.uniform((5,), seed=3)
+    yield ErrorInput((x, S.uniform((5, 3)), b), {}, OpError, "does not match weight")
+    yield ErrorInput((x, w, S.uniform((4,))), {}, OpError, "'bias' must have shape (5,)")
+    yield ErrorInput((x[0], w, b), {}, OpError, "'input' must be 2-d")
+    yield ErrorInput((x, w[0], b), {}, OpError, "'weight' must be 2-d")
+    yield ErrorInput((x, w, S.ints((5,))), {}, OpTypeError, "of one dtype")
 
 
 set_samples(LINEAR, _linear_samples)
@@ -467,6 +474,16 @@ def _einsum_samples():
     yield SampleInput(([u((3, 3, 2), seed=6), u((4,), seed=7)],), {"equation": "iij,k->jk"})
     yield SampleInput(([u((2, 3), seed=8), u((3, 4), seed=9), u((4,), seed=10)],), {"equation": "ij,jk,k->"})
     yield SampleInput(([u((2, 5), seed=11)],), {"equation": "ij->ji"})
+    a, b = u((3, 4), seed=1), u((4, 5), seed=2)
+    yield ErrorInput(([a, b],), {"equation": "i1,jk->ik"}, OpError, "invalid characters")
+    yield ErrorInput(([a, b],), {"equation": "ij->j"}, OpError, "names 1 operands, got 2 tensors")
+    yield ErrorInput(([a, u((5, 5))],), {"equation": "ij,jk->ik"}, OpError, "subscript 'j' has size 4")
+    yield ErrorInput(([a, b],), {"equation": "ijk,jk->ik"}, OpError, "has 2 dims but its subscripts")
+    yield ErrorInput(([a, b],), {"equation": "ij,jk->iz"}, OpError, "does not appear in any operand")
+    yield ErrorInput(([a, b],), {"equation": "ij,jk->ii"}, OpError, "repeat a letter")
+    yield ErrorInput(([a, b],), {"equation": "i.j,jk->ik"}, OpError, "part of '...'")
+    yield ErrorInput(([u((1, 3))],), {"equation": "ii->i"}, OpError, "different sizes")
+    yield ErrorInput(([a, S.ints((4, 5))],), {"equation": "ij,jk->ik"}, OpTypeError, "same dtype")
 
 
 set_samples(EINSUM, _einsum_samples)

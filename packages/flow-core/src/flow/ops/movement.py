@@ -10,7 +10,7 @@ from flow._dispatch import call
 from flow.errors import OpError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, Attr
 
 
 def as_view(out, base):
@@ -52,7 +52,7 @@ def _reshape_meta(x, shape):
     return M.TensorMeta(infer_shape("reshape", shape, _numel(x.shape)), x.dtype, x.device)
 
 
-RESHAPE = defop("reshape", ["input"], [Attr("shape", tuple)], meta=_reshape_meta,
+RESHAPE = defop("reshape", ["input"], [Attr("shape", tuple, items=int)], meta=_reshape_meta, dtypes=ANY,
                 grad=lambda ctx, g: (g.reshape(ctx.input_shape(0)),), save="none")
 
 
@@ -116,7 +116,8 @@ def _permute_grad(ctx, g):
     return (g.permute(*inv),)
 
 
-PERMUTE = defop("permute", ["input"], [Attr("dims", tuple)], meta=_permute_meta, grad=_permute_grad, save="none")
+PERMUTE = defop("permute", ["input"], [Attr("dims", tuple, items=int)], meta=_permute_meta, dtypes=ANY,
+                grad=_permute_grad, save="none")
 
 
 @kernel(PERMUTE)
@@ -166,6 +167,8 @@ def _expand_meta(x, shape):
     for i, (have, want) in enumerate(zip(x.shape, shape[lead:])):
         if want == -1:
             want = have
+        elif want < 0:
+            raise OpError("expand", f"sizes must be non-negative (or -1 to keep a dim), got {want} at dim {lead + i}")
         if have != want and have != 1:
             raise OpError("expand", f"the expanded size {want} must match the existing size {have} at dim {lead + i}"
                                     f" (input shape {tuple(x.shape)}, target {shape})")
@@ -179,7 +182,8 @@ def _expand_grad(ctx, g):
     return (sum_to_shape(g, ctx.input_shape(0)),)
 
 
-EXPAND = defop("expand", ["input"], [Attr("shape", tuple)], meta=_expand_meta, grad=_expand_grad, save="none")
+EXPAND = defop("expand", ["input"], [Attr("shape", tuple, items=int)], meta=_expand_meta, dtypes=ANY,
+               grad=_expand_grad, save="none")
 
 
 @kernel(EXPAND)
@@ -247,16 +251,50 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1):
 
 
 # -- opcheck samples ------------------------------------------------------------------
+from flow.errors import OpIndexError, OpTypeError  # noqa: E402
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
-set_samples(RESHAPE, lambda: [SampleInput((S.uniform((2, 3, 4), seed=1),), {"shape": (6, 4)}),
-                              SampleInput((S.uniform((6,), seed=2),), {"shape": (2, 1, 3)})])
-set_samples(PERMUTE, lambda: [SampleInput((S.uniform((2, 3, 4), seed=1),), {"dims": (2, 0, 1)}),
-                              SampleInput((S.uniform((2, 3), seed=2),), {"dims": (1, 0)})])
-set_samples(EXPAND, lambda: [SampleInput((S.uniform((3, 1), seed=1),), {"shape": (2, 3, 4)}),
-                             SampleInput((S.uniform((1,), seed=2),), {"shape": (5,)})])
+
+def _reshape_samples():
+    x = S.uniform((2, 3, 4), seed=1)
+    yield SampleInput((x,), {"shape": (6, 4)})
+    yield SampleInput((x,), {"shape": (-1, 2)})
+    yield SampleInput((S.uniform((6,), seed=2),), {"shape": (2, 1, 3)})
+    yield SampleInput((S.uniform((0, 3), seed=2),), {"shape": (3, 0, 5)})
+    yield ErrorInput((x,), {"shape": (5, 5)}, OpError, "invalid for input of size 24")
+    yield ErrorInput((x,), {"shape": (-1, -1)}, OpError, "only one dimension can be -1")
+    yield ErrorInput((x,), {"shape": (-2, -12)}, OpError, "invalid shape dimension -2")
+    yield ErrorInput((x,), {"shape": ("6", 4)}, OpTypeError, "attribute 'shape' must hold int")
+    yield ErrorInput((S.uniform((0, 3), seed=2),), {"shape": (-1, 0)}, OpError, "invalid for input of size 0")
+
+
+def _permute_samples():
+    x = S.uniform((2, 3, 4), seed=1)
+    yield SampleInput((x,), {"dims": (2, 0, 1)})
+    yield SampleInput((S.uniform((2, 3), seed=2),), {"dims": (1, 0)})
+    yield SampleInput((x,), {"dims": (-1, 0, 1)})
+    yield ErrorInput((x,), {"dims": (1, 0)}, OpError, "must name each of the 3 dims")
+    yield ErrorInput((x,), {"dims": (0, 1, 1)}, OpError, "names a dimension twice")
+    yield ErrorInput((x,), {"dims": (0, 1, 3)}, OpIndexError, "out of range")
+
+
+def _expand_samples():
+    x = S.uniform((3, 1), seed=1)
+    yield SampleInput((x,), {"shape": (2, 3, 4)})
+    yield SampleInput((x,), {"shape": (-1, 0)})
+    yield SampleInput((S.uniform((1,), seed=2),), {"shape": (5,)})
+    yield ErrorInput((x,), {"shape": (4,)}, OpError, "must be >= the tensor's dims")
+    yield ErrorInput((x,), {"shape": (2, 4)}, OpError, "must match the existing size 3")
+    yield ErrorInput((x,), {"shape": (-1, 3, 4)}, OpError, "-1 is not allowed")
+    yield ErrorInput((x,), {"shape": (3, -2)}, OpError, "sizes must be non-negative")
+    yield ErrorInput((x,), {"shape": (-3, 3, 4)}, OpError, "-1 is not allowed")
+
+
+set_samples(RESHAPE, _reshape_samples)
+set_samples(PERMUTE, _permute_samples)
+set_samples(EXPAND, _expand_samples)
 
 __all__ = ["reshape", "view", "permute", "transpose", "swapaxes", "swapdims", "t", "expand", "expand_as", "unsqueeze",
            "squeeze", "flatten"]

@@ -13,10 +13,10 @@ import warnings
 
 from flow import _dtype as D
 from flow._dispatch import call
-from flow.errors import OpError, OpTypeError
+from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import FLOAT, Attr
 
 _DIM = [Attr("dim", int, -1)]
 
@@ -29,7 +29,6 @@ def _t():
 
 def _float_meta(op):
     def rule(x, dim=-1):
-        M.check_float(op, x)
         if len(x.shape) == 0:
             raise OpError(op, "expected a tensor with at least 1 dimension (0-d inputs are reshaped by the caller)")
         M.wrap_dim(op, dim, len(x.shape))
@@ -46,7 +45,6 @@ def _bw_meta(op):
         if tuple(g.shape) != tuple(y.shape):
             raise OpError(op, f"'grad_output' and 'output' must have the same shape, got {tuple(g.shape)} and "
                                 f"{tuple(y.shape)}")
-        M.check_float(op, g, "grad_output")
         M.wrap_dim(op, dim, len(g.shape))
         return m
 
@@ -90,13 +88,15 @@ def _log_softmax_backward_grad(ctx, gg):
     return dg, dy
 
 
-SOFTMAX = defop("softmax", ["input"], _DIM, meta=_float_meta("softmax"), grad=_softmax_grad, save="outputs")
-LOG_SOFTMAX = defop("log_softmax", ["input"], _DIM, meta=_float_meta("log_softmax"), grad=_log_softmax_grad,
-                    save="outputs")
+SOFTMAX = defop("softmax", ["input"], _DIM, meta=_float_meta("softmax"), dtypes=FLOAT, grad=_softmax_grad,
+                save="outputs")
+LOG_SOFTMAX = defop("log_softmax", ["input"], _DIM, meta=_float_meta("log_softmax"), dtypes=FLOAT,
+                    grad=_log_softmax_grad, save="outputs")
 SOFTMAX_BACKWARD = defop("softmax_backward", ["grad_output", "output"], _DIM, meta=_bw_meta("softmax_backward"),
-                         grad=_softmax_backward_grad, save="inputs")
+                         dtypes=FLOAT, grad=_softmax_backward_grad, save="inputs")
 LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", ["grad_output", "output"], _DIM,
-                             meta=_bw_meta("log_softmax_backward"), grad=_log_softmax_backward_grad, save="inputs")
+                             meta=_bw_meta("log_softmax_backward"), dtypes=FLOAT, grad=_log_softmax_backward_grad,
+                             save="inputs")
 
 
 def _upcast(xp, x):
@@ -205,8 +205,8 @@ def _silu_backward_grad(ctx, gg):
     return dg, dx
 
 
-SILU = defop("silu", ["input"], meta=M.same_float("silu"), grad=_silu_grad, save="inputs", elementwise=True)
-SILU_BACKWARD = defop("silu_backward", ["grad_output", "input"], meta=M.elementwise("silu_backward"),
+SILU = defop("silu", ["input"], meta=M.same, dtypes=FLOAT, grad=_silu_grad, save="inputs", elementwise=True)
+SILU_BACKWARD = defop("silu_backward", ["grad_output", "input"], meta=M.elementwise("silu_backward"), dtypes=FLOAT,
                       grad=_silu_backward_grad, save="inputs", elementwise=True)
 
 
@@ -244,7 +244,7 @@ def silu(input, inplace: bool = False):
 # -- opcheck samples -------------------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _sm_samples():
@@ -253,6 +253,9 @@ def _sm_samples():
     yield SampleInput((S.uniform((2, 3, 4), -3, 3, 3),), {"dim": 1})
     yield SampleInput((S.uniform((2, 3, 4), -3, 3, 4),), {"dim": -1})
     yield SampleInput((S.uniform((6,), -3, 3, 5),), {"dim": 0})
+    yield SampleInput((S.uniform((0, 3), -3, 3, 5),), {"dim": 1})
+    yield from S.dim_errors(S.uniform((3, 5), -3, 3, 1), tuple_dims=False)
+    yield ErrorInput((S.uniform((), seed=6),), {"dim": 0}, OpError, "at least 1 dimension")
 
 
 def _sm_bw_samples(log: bool):
@@ -261,6 +264,9 @@ def _sm_bw_samples(log: bool):
             x = S.uniform(shape, -2, 2, 10 + k)
             y = log_softmax(x, dim) if log else softmax(x, dim)
             yield SampleInput((S.uniform(shape, -1, 1, 20 + k), y.detach()), {"dim": dim})
+        g, y = S.uniform((3, 5), -1, 1, 20), S.uniform((3, 5), seed=21)
+        yield ErrorInput((g, y[:2]), {"dim": 1}, OpError, "")
+        yield ErrorInput((g, y), {"dim": 2}, OpIndexError, "out of range")
 
     return samples
 
@@ -271,6 +277,7 @@ set_samples(SOFTMAX_BACKWARD, _sm_bw_samples(False))
 set_samples(LOG_SOFTMAX_BACKWARD, _sm_bw_samples(True))
 set_samples(SILU, S.unary(-4.0, 4.0))
 set_samples(SILU_BACKWARD, lambda: [SampleInput((S.uniform((3, 4), -1, 1, 1), S.uniform((3, 4), -4, 4, 2))),
-                                    SampleInput((S.uniform((5,), -1, 1, 3), S.uniform((5,), -4, 4, 4)))])
+                                    SampleInput((S.uniform((5,), -1, 1, 3), S.uniform((5,), -4, 4, 4))),
+                                    *S.broadcast_errors(S.uniform((3, 4), seed=1), S.uniform((2, 4), seed=2))])
 
 __all__ = ["softmax", "log_softmax", "softmin", "silu"]

@@ -18,15 +18,15 @@ from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import NUMERIC, Attr
 
 # im2col buffers are built for batch chunks of about this many bytes (bounded memory, mostly in cache;
 # measured best among 2-32 MB for ResNet-18 layer shapes).
 _COLS_BYTES = 4 << 20
 _MIN_COLS = 256
 
-_CONV_ATTRS = [Attr("stride", tuple, (1, 1)), Attr("padding", tuple, (0, 0, 0, 0)), Attr("dilation", tuple, (1, 1)),
-               Attr("groups", int, 1)]
+_CONV_ATTRS = [Attr("stride", tuple, (1, 1), items=int), Attr("padding", tuple, (0, 0, 0, 0), items=int),
+               Attr("dilation", tuple, (1, 1), items=int), Attr("groups", int, 1)]
 
 
 # -- shape rules shared by the ops and the functional wrappers --------------------------------------
@@ -73,11 +73,11 @@ def check_conv_shapes(op: str, xs: tuple, ws: tuple, groups: int, bias_shape=Non
 
 
 def _check_floats(op: str, *named):
+    """The tensors share one dtype (which kinds of dtype the schema says); their device."""
     first = None
     for name, t in named:
         if t is None:
             continue
-        M.check_float(op, t, name)
         if first is None:
             first = (name, t)
         elif t.dtype != first[1].dtype:
@@ -178,14 +178,15 @@ def _bww_grad(ctx, gg):
     return dg, dx
 
 
-CONV2D = defop("conv2d", ["input", "weight", "bias?"], _CONV_ATTRS, meta=_conv2d_meta, grad=_conv2d_grad,
-               save="inputs")
+# Integers convolve in their own dtype (as PyTorch on the CPU); bools do not.
+CONV2D = defop("conv2d", ["input", "weight", "bias?"], _CONV_ATTRS, meta=_conv2d_meta, dtypes=NUMERIC,
+               grad=_conv2d_grad, save="inputs")
 CONV2D_BACKWARD_INPUT = defop("conv2d_backward_input", ["grad_output", "weight"],
-                              [Attr("input_size", tuple)] + _CONV_ATTRS, meta=_bwi_meta, grad=_bwi_grad,
-                              save="inputs")
+                              [Attr("input_size", tuple, items=int)] + _CONV_ATTRS, meta=_bwi_meta, dtypes=NUMERIC,
+                              grad=_bwi_grad, save="inputs")
 CONV2D_BACKWARD_WEIGHT = defop("conv2d_backward_weight", ["grad_output", "input"],
-                               [Attr("weight_size", tuple)] + _CONV_ATTRS, meta=_bww_meta, grad=_bww_grad,
-                               save="inputs")
+                               [Attr("weight_size", tuple, items=int)] + _CONV_ATTRS, meta=_bww_meta, dtypes=NUMERIC,
+                               grad=_bww_grad, save="inputs")
 
 
 # -- kernels ----------------------------------------------------------------------------------------
@@ -353,7 +354,7 @@ def _bww_kernel(xp):
 # -- opcheck samples (small, so finite differences are quick) ---------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 _CASES = [  # input shape, weight shape, attrs
     ((1, 2, 5, 5), (3, 2, 3, 3), dict(stride=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)),
@@ -364,10 +365,31 @@ _CASES = [  # input shape, weight shape, attrs
 ]
 
 
+_AT = dict(stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+
+
+def _param_errors(args, extra):
+    """Error inputs for bad stride/padding/dilation/groups of a conv op called with ``args``."""
+    for name, bad in (("stride", (0, 1)), ("stride", (1,)), ("dilation", (1, -1)), ("padding", (1, 1)),
+                      ("groups", 0)):
+        yield ErrorInput(args, {**_AT, **extra, name: bad}, OpError, f"'{name}' must be")
+
+
 def _conv2d_samples():
     for k, (xs, ws, at) in enumerate(_CASES):
         b = S.uniform((ws[0],), seed=30 + k) if k % 2 == 0 else None
         yield SampleInput((S.uniform(xs, seed=10 + k), S.uniform(ws, seed=20 + k), b), dict(at))
+    yield SampleInput((S.ints((1, 2, 4, 4), -3, 3, seed=1), S.ints((3, 2, 2, 2), -3, 3, seed=2), None), dict(_AT))
+    x, w, b = S.uniform((1, 2, 5, 5), seed=10), S.uniform((3, 2, 3, 3), seed=20), S.uniform((3,), seed=30)
+    yield ErrorInput((x[0], w, b), _AT, OpError, "'input' must be 4-d")
+    yield ErrorInput((x, w[0], b), _AT, OpError, "'weight' must be 4-d")
+    yield ErrorInput((x, S.uniform((3, 3, 3, 3)), b), _AT, OpError, "expected 'input' with 3 channels")
+    yield ErrorInput((x, w, b), {**_AT, "groups": 2}, OpError, "not divisible by groups=2")
+    yield ErrorInput((x, w, S.uniform((2,))), _AT, OpError, "'bias' must have shape (3,)")
+    yield ErrorInput((x, S.uniform((3, 2, 6, 3)), b), _AT, OpError, "can't be greater than the padded input")
+    yield ErrorInput((x, w, S.uniform((3,)).float()), _AT, OpTypeError, "must be the same")
+    yield ErrorInput((S.uniform((1, 2, 0, 5)), w, b), _AT, OpError, "can't be greater than the padded input")
+    yield from _param_errors((x, w, b), {})
 
 
 def _bwi_samples():
@@ -375,6 +397,13 @@ def _bwi_samples():
         out = conv_out_size("conv2d", xs[2:], ws[2:], at["stride"], at["padding"], at["dilation"])
         g = S.uniform((xs[0], ws[0]) + out, seed=40 + k)
         yield SampleInput((g, S.uniform(ws, seed=20 + k)), dict(at, input_size=xs[2:]))
+    g, w = S.uniform((1, 3, 5, 5), seed=40), S.uniform((3, 2, 3, 3), seed=20)
+    at = {**_AT, "padding": (1, 1, 1, 1), "input_size": (5, 5)}
+    yield ErrorInput((g, w), {**at, "input_size": (5, 0)}, OpError, "'input_size' must be 2 positive ints")
+    yield ErrorInput((g, w), {**at, "input_size": (6, 5)}, OpError, "gives a conv output of")
+    yield ErrorInput((g[:, :2], w), at, OpError, "'grad_output' has 2 channels")
+    yield ErrorInput((g[0], w), at, OpError, "'grad_output' must be 4-d")
+    yield from _param_errors((g, w), {"input_size": (5, 5)})
 
 
 def _bww_samples():
@@ -382,6 +411,13 @@ def _bww_samples():
         out = conv_out_size("conv2d", xs[2:], ws[2:], at["stride"], at["padding"], at["dilation"])
         g = S.uniform((xs[0], ws[0]) + out, seed=40 + k)
         yield SampleInput((g, S.uniform(xs, seed=10 + k)), dict(at, weight_size=ws[2:]))
+    g, x = S.uniform((1, 3, 5, 5), seed=40), S.uniform((1, 2, 5, 5), seed=10)
+    at = {**_AT, "padding": (1, 1, 1, 1), "weight_size": (3, 3)}
+    yield ErrorInput((g, x), {**at, "weight_size": (3,)}, OpError, "'weight_size' must be 2 positive ints")
+    yield ErrorInput((g, x), {**at, "weight_size": (2, 3)}, OpError, "gives a conv output of")
+    yield ErrorInput((g, S.uniform((2, 2, 5, 5))), at, OpError, "has batch 1 but 'input' has batch 2")
+    yield ErrorInput((g, x), {**at, "groups": 2}, OpError, "divisible by groups=2")
+    yield from _param_errors((g, x), {"weight_size": (3, 3)})
 
 
 set_samples(CONV2D, _conv2d_samples)

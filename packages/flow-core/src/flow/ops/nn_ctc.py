@@ -20,21 +20,18 @@ from flow._dispatch import call
 from flow.errors import FlowError, OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import FLOAT, INDEX, Attr
 
 _ATTRS = [Attr("blank", int, 0), Attr("zero_infinity", bool, False)]
 
 
 def _ctc_meta(lp, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     op = "ctc_loss"
-    M.check_float(op, lp, "log_probs")
     if len(lp.shape) != 3:
         raise OpError(op, f"'log_probs' must be 3-d (T, N, C), got shape {tuple(lp.shape)}")
     t, n, c = lp.shape
     for name, x, nd in (("targets", targets, 2), ("input_lengths", input_lengths, 1),
                         ("target_lengths", target_lengths, 1)):
-        if x.dtype.category != 1:
-            raise OpTypeError(op, f"'{name}' must have an integer dtype, got {x.dtype}")
         if len(x.shape) != nd or x.shape[0] != n:
             raise OpError(op, f"'{name}' must be {nd}-d with {n} (batch) rows, got shape {tuple(x.shape)}")
     if not 0 <= blank < c:
@@ -184,10 +181,12 @@ def _ctcb_grad(ctx, gg):
     return (gg * base).sum((0, 2)), None, None, None, None
 
 
+_CTC_DTYPES = {"grad_output": FLOAT, "log_probs": FLOAT, "targets": INDEX, "input_lengths": INDEX,
+               "target_lengths": INDEX}
 CTC = defop("ctc_loss", ["log_probs", "targets", "input_lengths", "target_lengths"], _ATTRS, meta=_ctc_meta,
-            grad=_ctc_grad, save="inputs")
+            dtypes={k: v for k, v in _CTC_DTYPES.items() if k != "grad_output"}, grad=_ctc_grad, save="inputs")
 CTC_BACKWARD = defop("ctc_loss_backward", ["grad_output", "log_probs", "targets", "input_lengths", "target_lengths"],
-                     _ATTRS, meta=_ctcb_meta, grad=_ctcb_grad, save="inputs")
+                     _ATTRS, meta=_ctcb_meta, dtypes=_CTC_DTYPES, grad=_ctcb_grad, save="inputs")
 
 
 def _as_long(x, device, name):
@@ -246,7 +245,20 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
 # -- opcheck samples -------------------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
+
+
+def _ctc_errors(lead):
+    """Error inputs of ctc_loss (``lead``: tensors before 'log_probs')."""
+    lp, t, il, tl, _ = next(_ctc_cases())
+    yield ErrorInput((*lead, lp[0], t, il, tl), {}, OpError, "'log_probs' must be 3-d")
+    yield ErrorInput((*lead, lp, t[:2], il, tl), {}, OpError, "'targets' must be 2-d with 3 (batch) rows")
+    yield ErrorInput((*lead, lp, t, il[:2], tl), {}, OpError, "'input_lengths' must be 1-d with 3")
+    yield ErrorInput((*lead, lp, t, il, tl[None]), {}, OpError, "'target_lengths' must be 1-d")
+    yield ErrorInput((*lead, lp, t, il, tl), {"blank": 4}, OpIndexError, "'blank' must be in [0, 4)")
+    yield ErrorInput((*lead, lp, t, il + 1, tl), {}, OpError, "'input_lengths' must be in [0, 6]", values=True)
+    yield ErrorInput((*lead, lp, t, il, tl + 1), {}, OpError, "'target_lengths' must be in [0, 3]", values=True)
+    yield ErrorInput((*lead, lp, t + 4, il, tl), {}, OpIndexError, "target labels must be in [0, 4)", values=True)
 
 
 def _ctc_cases():
@@ -264,6 +276,7 @@ def _ctc_cases():
 def _ctc_samples():
     for lp, t, il, tl, kw in _ctc_cases():
         yield SampleInput((lp, t, il, tl), kw)
+    yield from _ctc_errors(())
 
 
 def _ctcb_samples():
@@ -271,6 +284,9 @@ def _ctcb_samples():
         g = S.uniform((lp.shape[1],), seed=10 + k)
         # the second derivative w.r.t. log_probs is not implemented: no gradient check
         yield SampleInput((g, lp, t, il, tl), kw, grad=False)
+    yield from _ctc_errors((S.uniform((3,), seed=10),))
+    lp, t, il, tl, _ = next(_ctc_cases())
+    yield ErrorInput((S.uniform((2,)), lp, t, il, tl), {}, OpError, "'grad_output' must have shape (3,)")
 
 
 set_samples(CTC, _ctc_samples)

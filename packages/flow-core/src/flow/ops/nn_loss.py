@@ -17,20 +17,19 @@ from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops.unary import where
-from flow.registry.ops import Attr
+from flow.registry.ops import FLOAT, Attr, dtypes
 
 REDUCTIONS = ("none", "mean", "sum")
 _NLL_ATTRS = [Attr("ignore_index", int, -100), Attr("reduction", str, "mean", REDUCTIONS)]
 _CE_ATTRS = _NLL_ATTRS + [Attr("label_smoothing", float, 0.0)]
+# class indices are int64 (or uint8), as PyTorch's nll_loss takes them
+TARGETS = dtypes(names=["int64", "uint8"], text="an int64 (or uint8) tensor of class indices")
 
 
 def _check_target(op, x, t, w, reduction):
-    M.check_float(op, x)
     nd = len(x.shape)
     if nd == 0:
         raise OpError(op, "'input' must have at least 1 dim (C,) or (N, C, ...), got a 0-d tensor")
-    if t.dtype.category != 1:
-        raise OpTypeError(op, f"'target' must hold class indices of an integer dtype, got {t.dtype}")
     c = x.shape[0] if nd == 1 else x.shape[1]
     want = () if nd == 1 else (x.shape[0],) + tuple(x.shape[2:])
     if tuple(t.shape) != want:
@@ -68,6 +67,8 @@ def _bw_meta(op, inner):
 
 
 def _nllb_meta(g, t, w=None, num_classes=1, ignore_index=-100, reduction="mean"):
+    if num_classes < 0:
+        raise OpError("nll_loss_backward", f"'num_classes' must be non-negative, got {num_classes}")
     shape = (num_classes,) if len(t.shape) == 0 else (t.shape[0], num_classes) + tuple(t.shape[1:])
     return _bw_meta("nll_loss_backward", _nll_meta)(g, M.TensorMeta(shape, g.dtype, g.device), t, w,
                                                     ignore_index=ignore_index, reduction=reduction)
@@ -318,14 +319,17 @@ def _nllb_grad(ctx, gg):
     return call(NLL_LOSS, gg, t, w, ignore_index=a["ignore_index"], reduction=a["reduction"]), None, None
 
 
+_LOSS_DTYPES = {"grad_output": FLOAT, "input": FLOAT, "target": TARGETS, "weight": FLOAT}
 CE = defop("cross_entropy", ["input", "target", "weight?"], _CE_ATTRS, meta=_ce_meta, grad=_ce_grad,
-           save="inputs")
+           dtypes={k: _LOSS_DTYPES[k] for k in ("input", "target", "weight")}, save="inputs")
 CE_BACKWARD = defop("cross_entropy_backward", ["grad_output", "input", "target", "weight?"], _CE_ATTRS,
-                    meta=_bw_meta("cross_entropy_backward", _ce_meta), grad=_ceb_grad, save="inputs")
+                    meta=_bw_meta("cross_entropy_backward", _ce_meta), grad=_ceb_grad, dtypes=_LOSS_DTYPES,
+                    save="inputs")
 NLL_LOSS = defop("nll_loss", ["input", "target", "weight?"], _NLL_ATTRS, meta=_nll_meta, grad=_nll_grad,
-                 save="inputs")
+                 dtypes={k: _LOSS_DTYPES[k] for k in ("input", "target", "weight")}, save="inputs")
 NLL_BACKWARD = defop("nll_loss_backward", ["grad_output", "target", "weight?"],
-                     [Attr("num_classes", int)] + _NLL_ATTRS, meta=_nllb_meta, grad=_nllb_grad, save="inputs")
+                     [Attr("num_classes", int)] + _NLL_ATTRS, meta=_nllb_meta, grad=_nllb_grad,
+                     dtypes={k: _LOSS_DTYPES[k] for k in ("grad_output", "target", "weight")}, save="inputs")
 
 
 def _check_common(op, input, target, reduction):
@@ -347,9 +351,20 @@ def cross_entropy_indices(input, target, weight=None, ignore_index: int = -100, 
 
 
 # -- opcheck samples -------------------------------------------------------------------------------------
+from flow import _dtype as D  # noqa: E402
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
+
+
+def _target_errors(lead, at):
+    """Error inputs shared by the class-index losses (``lead``: tensors before 'input')."""
+    x, t, w = S.uniform((4, 5), seed=1), S.ints((4,), 0, 5, seed=2), S.uniform((5,), 0.5, 2, 4)
+    yield ErrorInput((*lead, x, t[:3], w), at, OpError, "'target' must have shape (4,)")
+    yield ErrorInput((*lead, x, t, w[:4]), at, OpError, "'weight' must have shape (5,)")
+    yield ErrorInput((*lead, x, t, w.float()), at, OpTypeError, "'weight' must have the input's dtype")
+    yield ErrorInput((*lead, x, t + 5, w), at, OpIndexError, "out of range [0, 5)", values=True)
+    yield ErrorInput((*lead, x, t - 6, w), at, OpIndexError, "out of range [0, 5)", values=True)
 
 
 def _cls_cases():
@@ -364,27 +379,48 @@ def _ce_samples():
         for red in REDUCTIONS:
             ls = 0.2 if (k + len(red)) % 2 else 0.0
             yield SampleInput((x, t, w), dict(kw, reduction=red, label_smoothing=ls), grad=w is None)
+    at = {"reduction": "mean", "label_smoothing": 0.0}
+    yield SampleInput((S.uniform((4, 5), seed=1), S.ints((4,), 0, 5, seed=2, dtype=D.uint8), None), at)
+    yield from _target_errors((), at)
+    yield ErrorInput((S.uniform(()), S.ints((), 0, 1), None), at, OpError, "at least 1 dim")
+    yield ErrorInput((S.uniform((4, 5)), S.ints((4,), 0, 5), None), {**at, "label_smoothing": 1.5}, OpError,
+                     "'label_smoothing' must be in [0, 1]")
 
 
 def _ceb_samples():
     for s in _ce_samples():
+        if not isinstance(s, SampleInput):
+            continue
         x, t, w = s.args
         out = call(CE, x, t, w, **s.kwargs)
         yield SampleInput((S.uniform(tuple(out.shape), seed=11), x, t, w), s.kwargs, grad=s.grad)
+    at = {"reduction": "mean", "label_smoothing": 0.0}
+    yield from _target_errors((S.uniform((), seed=11),), at)
+    yield ErrorInput((S.uniform((4,)), S.uniform((4, 5)), S.ints((4,), 0, 5), None), at, OpError,
+                     "'grad_output' must be () flow.float64")
 
 
 def _nll_samples():
     for x, t, w, kw in _cls_cases():
         for red in REDUCTIONS:
             yield SampleInput((x, t, w), dict(kw, reduction=red), grad=w is None)
+    yield from _target_errors((), {"reduction": "sum"})
 
 
 def _nllb_samples():
     for s in _nll_samples():
+        if not isinstance(s, SampleInput):
+            continue
         x, t, w = s.args
         out = call(NLL_LOSS, x, t, w, **s.kwargs)
         c = x.shape[0] if x.ndim == 1 else x.shape[1]
         yield SampleInput((S.uniform(tuple(out.shape), seed=12), t, w), dict(s.kwargs, num_classes=c), grad=s.grad)
+    g, t = S.uniform((), seed=12), S.ints((4,), 0, 5, seed=2)
+    at = {"reduction": "mean", "num_classes": 5}
+    yield ErrorInput((g, t, None), {**at, "num_classes": -1}, OpError, "'num_classes' must be non-negative")
+    yield ErrorInput((S.uniform((4,)), t, None), at, OpError, "'grad_output' must be ()")
+    yield ErrorInput((g, t, S.uniform((4,))), at, OpError, "'weight' must have shape (5,)")
+    yield ErrorInput((g, t + 5, None), at, OpIndexError, "out of range [0, 5)", values=True)
 
 
 set_samples(CE, _ce_samples)

@@ -16,9 +16,9 @@ from flow.autograd.grad_mode import STATE
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import FLOAT, Attr
 
-_ATTRS = [Attr("normalized_shape", tuple), Attr("eps", float, 1e-5)]
+_ATTRS = [Attr("normalized_shape", tuple, items=int), Attr("eps", float, 1e-5)]
 
 
 def _numel(shape) -> int:
@@ -39,7 +39,6 @@ def _check_affine(op, x, t, arg, nshape):
 
 
 def _check_shape(op, x, nshape):
-    M.check_float(op, x)
     k = len(nshape)
     if k == 0:
         raise OpError(op, "'normalized_shape' must name at least one dim, got ()")
@@ -137,11 +136,11 @@ def _lnb_grad(ctx, a, bw, bb):
     return dg, dx, dw
 
 
-LAYER_NORM = defop("layer_norm", ["input", "weight?", "bias?"], _ATTRS, meta=_ln_meta, grad=_ln_grad,
+LAYER_NORM = defop("layer_norm", ["input", "weight?", "bias?"], _ATTRS, meta=_ln_meta, dtypes=FLOAT, grad=_ln_grad,
                    save="inputs")
 LAYER_NORM_BACKWARD = defop("layer_norm_backward", ["grad_output", "input", "weight?"], _ATTRS,
-                            outputs=("grad_input", "grad_weight", "grad_bias"), meta=_lnb_meta, grad=_lnb_grad,
-                            save="inputs")
+                            outputs=("grad_input", "grad_weight", "grad_bias"), meta=_lnb_meta, dtypes=FLOAT,
+                            grad=_lnb_grad, save="inputs")
 
 
 # -- kernels ---------------------------------------------------------------------------------------------
@@ -237,7 +236,20 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
 # -- opcheck samples -------------------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
+
+
+def _ln_errors(lead, extra_args=()):
+    """Error inputs of layer_norm (``lead`` = tensors before 'input': layer_norm_backward's grad_output)."""
+    x, w = S.uniform((3, 5), seed=1), S.uniform((5,), seed=2)
+    at = {"normalized_shape": (5,), "eps": 1e-5}
+    yield ErrorInput((*lead, x, w, *extra_args), {**at, "normalized_shape": (4,)}, OpError,
+                     "must match the trailing dims")
+    yield ErrorInput((*lead, x, w, *extra_args), {**at, "normalized_shape": ()}, OpError, "at least one dim")
+    yield ErrorInput((*lead, x, w, *extra_args), {**at, "normalized_shape": (2, 3, 5)}, OpError,
+                     "must match the trailing dims")
+    yield ErrorInput((*lead, x, S.uniform((4,)), *extra_args), at, OpError, "'weight' must have shape (5,)")
+    yield ErrorInput((*lead, x, S.uniform((5,)).float(), *extra_args), at, OpTypeError, "'weight' must have the")
 
 
 def _ln_samples():
@@ -248,6 +260,10 @@ def _ln_samples():
     yield SampleInput((S.uniform((2, 3, 4), seed=7), None, None), {"normalized_shape": (4,), "eps": 1e-3})
     yield SampleInput((S.uniform((4,), seed=8), S.uniform((4,), seed=9), None), {"normalized_shape": (4,),
                                                                                   "eps": 1e-5})
+    yield SampleInput((S.uniform((0, 4), seed=8), None, None), {"normalized_shape": (4,), "eps": 1e-5})
+    yield from _ln_errors((), (None,))
+    yield ErrorInput((S.uniform((3, 5)), None, S.uniform((3,))), {"normalized_shape": (5,), "eps": 1e-5}, OpError,
+                     "'bias' must have shape (5,)")
 
 
 def _lnb_samples():
@@ -257,6 +273,9 @@ def _lnb_samples():
                       {"normalized_shape": (3, 4), "eps": 1e-5})
     yield SampleInput((S.uniform((2, 3, 4), seed=7), S.uniform((2, 3, 4), seed=8), None),
                       {"normalized_shape": (4,), "eps": 1e-3})
+    yield from _ln_errors((S.uniform((3, 5), seed=3),))
+    yield ErrorInput((S.uniform((3, 4)), S.uniform((3, 5)), None), {"normalized_shape": (5,), "eps": 1e-5}, OpError,
+                     "'grad_output' must match the input")
 
 
 set_samples(LAYER_NORM, _ln_samples)

@@ -19,11 +19,11 @@ import numpy as np
 
 from flow import _dtype as D
 from flow._dispatch import call
-from flow.errors import OpError, OpTypeError
+from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops.nn_conv import pad2d, unpad2d, window
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, FLOAT, INDEX64, NUMERIC, Attr, dtypes
 
 
 # -- shape rules --------------------------------------------------------------------------------------
@@ -55,23 +55,14 @@ def check_pool_params(op: str, in_size, ks, st, pad, dil, ceil_mode: bool, names
     return out
 
 
-def _check_input(op: str, x, allow_int: bool):
-    M.check_ndim(op, x, 4)
-    if x.dtype is D.bool or (not allow_int and not x.dtype.is_floating_point):
-        raise OpTypeError(op, f"'input' must be a {'real' if allow_int else 'floating-point'} tensor, got "
-                              f"{x.dtype}")
-
-
 def _max_pool_meta(x, kernel_size=(1, 1), stride=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
-    _check_input("max_pool2d", x, True)
+    M.check_ndim("max_pool2d", x, 4)
     ho, wo = check_pool_params("max_pool2d", tuple(x.shape[2:]), kernel_size, stride, padding, dilation, ceil_mode)
     shape = tuple(x.shape[:2]) + (ho, wo)
     return M.TensorMeta(shape, x.dtype, x.device), M.TensorMeta(shape, D.int64, x.device)
 
 
 def _check_indices(op: str, t, idx):
-    if idx.dtype is not D.int64:
-        raise OpTypeError(op, f"'indices' must be an int64 tensor, got {idx.dtype}")
     if len(idx.shape) != 4 or tuple(idx.shape[:2]) != tuple(t.shape[:2]):
         raise OpError(op, f"'indices' must be 4-d with batch and channels {tuple(t.shape[:2])}, got shape "
                           f"{tuple(idx.shape)}")
@@ -81,7 +72,6 @@ def _check_indices(op: str, t, idx):
 def _max_bw_meta(g, idx, input_size=()):
     op = "max_pool2d_backward"
     M.check_ndim(op, g, 4, "grad_output")
-    M.check_float(op, g, "grad_output")
     dev = _check_indices(op, g, idx)
     if tuple(idx.shape) != tuple(g.shape):
         raise OpError(op, f"'indices' shape {tuple(idx.shape)} must equal 'grad_output' shape {tuple(g.shape)}")
@@ -110,7 +100,7 @@ def _gather_meta(x, idx):
 
 def _avg_meta(x, kernel_size=(1, 1), stride=(1, 1), padding=(0, 0), ceil_mode=False, count_include_pad=True,
               divisor_override=None):
-    _check_input("avg_pool2d", x, False)
+    M.check_ndim("avg_pool2d", x, 4)
     if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
         raise OpError("avg_pool2d", f"'divisor_override' must be a non-zero int, got {divisor_override!r}")
     ho, wo = check_pool_params("avg_pool2d", tuple(x.shape[2:]), kernel_size, stride, padding, (1, 1), ceil_mode)
@@ -121,7 +111,6 @@ def _avg_bw_meta(g, input_size=(), kernel_size=(1, 1), stride=(1, 1), padding=(0
                  count_include_pad=True, divisor_override=None):
     op = "avg_pool2d_backward"
     M.check_ndim(op, g, 4, "grad_output")
-    M.check_float(op, g, "grad_output")
     if len(input_size) != 2 or any(not isinstance(s, int) or s < 1 for s in input_size):
         raise OpError(op, f"'input_size' must be 2 positive ints (H, W), got {input_size}")
     out = check_pool_params(op, tuple(input_size), kernel_size, stride, padding, (1, 1), ceil_mode)
@@ -133,7 +122,7 @@ def _avg_bw_meta(g, input_size=(), kernel_size=(1, 1), stride=(1, 1), padding=(0
 
 def _adaptive_max_meta(x, output_size=(1, 1)):
     op = "adaptive_max_pool2d"
-    _check_input(op, x, True)
+    M.check_ndim(op, x, 4)
     if len(output_size) != 2 or any(not isinstance(s, int) or s < 1 for s in output_size):
         raise OpError(op, f"'output_size' must be 2 positive ints, got {output_size}")
     if any(s < 1 for s in x.shape[2:]):
@@ -175,23 +164,32 @@ def _avg_bw_grad(ctx, gg):
     return (call(AVG_POOL2D, gg, **a),)
 
 
-_WIN = [Attr("kernel_size", tuple), Attr("stride", tuple), Attr("padding", tuple, (0, 0))]
+_WIN = [Attr("kernel_size", tuple, items=int), Attr("stride", tuple, items=int),
+        Attr("padding", tuple, (0, 0), items=int)]
 _AVG_ATTRS = _WIN + [Attr("ceil_mode", bool, False), Attr("count_include_pad", bool, True),
                      Attr("divisor_override", int, None)]
+_INDICES = {"indices": INDEX64}
+# As PyTorch on the CPU: max pooling takes integers, average pooling int64 (truncating), adaptive pooling floats.
+_AVG_DTYPES = dtypes(names=["float16", "bfloat16", "float32", "float64", "int64"],
+                     text="a floating-point or int64 tensor")
 
-MAX_POOL2D = defop("max_pool2d", ["input"], _WIN + [Attr("dilation", tuple, (1, 1)), Attr("ceil_mode", bool, False)],
-                   outputs=("out", "indices"), meta=_max_pool_meta, grad=_max_grad, save="outputs")
-MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", ["grad_output", "indices"], [Attr("input_size", tuple)],
-                            meta=_max_bw_meta, grad=_max_bw_grad, save="inputs")
-MAX_POOL2D_GATHER = defop("max_pool2d_gather", ["input", "indices"], meta=_gather_meta, grad=_gather_grad,
-                          save="inputs")
-MAX_UNPOOL2D = defop("max_unpool2d", ["input", "indices"], [Attr("output_size", tuple)], meta=_unpool_meta,
-                     grad=_unpool_grad, save="inputs")
-AVG_POOL2D = defop("avg_pool2d", ["input"], _AVG_ATTRS, meta=_avg_meta, grad=_avg_grad, save="none")
-AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", ["grad_output"], [Attr("input_size", tuple)] + _AVG_ATTRS,
-                            meta=_avg_bw_meta, grad=_avg_bw_grad, save="none")
-ADAPTIVE_MAX_POOL2D = defop("adaptive_max_pool2d", ["input"], [Attr("output_size", tuple)],
-                            outputs=("out", "indices"), meta=_adaptive_max_meta, grad=_max_grad, save="outputs")
+MAX_POOL2D = defop("max_pool2d", ["input"],
+                   _WIN + [Attr("dilation", tuple, (1, 1), items=int), Attr("ceil_mode", bool, False)],
+                   outputs=("out", "indices"), meta=_max_pool_meta, dtypes=NUMERIC, grad=_max_grad, save="outputs")
+MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", ["grad_output", "indices"],
+                            [Attr("input_size", tuple, items=int)], meta=_max_bw_meta,
+                            dtypes={"grad_output": FLOAT, **_INDICES}, grad=_max_bw_grad, save="inputs")
+MAX_POOL2D_GATHER = defop("max_pool2d_gather", ["input", "indices"], meta=_gather_meta,
+                          dtypes={"input": ANY, **_INDICES}, grad=_gather_grad, save="inputs")
+MAX_UNPOOL2D = defop("max_unpool2d", ["input", "indices"], [Attr("output_size", tuple, items=int)],
+                     meta=_unpool_meta, dtypes={"input": ANY, **_INDICES}, grad=_unpool_grad, save="inputs")
+AVG_POOL2D = defop("avg_pool2d", ["input"], _AVG_ATTRS, meta=_avg_meta, dtypes=_AVG_DTYPES, grad=_avg_grad,
+                   save="none")
+AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", ["grad_output"], [Attr("input_size", tuple, items=int)] + _AVG_ATTRS,
+                            meta=_avg_bw_meta, dtypes=FLOAT, grad=_avg_bw_grad, save="none")
+ADAPTIVE_MAX_POOL2D = defop("adaptive_max_pool2d", ["input"], [Attr("output_size", tuple, items=int)],
+                            outputs=("out", "indices"), meta=_adaptive_max_meta, dtypes=FLOAT, grad=_max_grad,
+                            save="outputs")
 
 
 # -- kernels -------------------------------------------------------------------------------------------
@@ -282,10 +280,20 @@ def adaptive_bounds(L: int, out: int):
     return (i * L) // out, ((i + 1) * L + out - 1) // out
 
 
+def _check_flat(op: str, idx, size) -> None:
+    """``idx`` holds flat positions in an H x W plane: each must be in [0, H * W)."""
+    if idx.size and hasattr(idx, "min"):
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= size[0] * size[1]:
+            raise OpIndexError(op, f"index {lo if lo < 0 else hi} is out of range for a plane of size "
+                                   f"{size[0]}x{size[1]}")
+
+
 @kernel(MAX_POOL2D_BACKWARD)
 def _max_bw_kernel(xp):
     def run(g, idx, input_size):
         N, C = g.shape[:2]
+        _check_flat("max_pool2d_backward", idx, input_size)
         HW = input_size[0] * input_size[1]
         out = xp.zeros(N * C * HW, dtype=g.dtype)
         flat = idx.reshape(N * C, -1) + (xp.arange(N * C, dtype=np.int64) * HW)[:, None]
@@ -299,6 +307,7 @@ def _max_bw_kernel(xp):
 def _unpool_kernel(xp):
     def run(x, idx, output_size):
         N, C = x.shape[:2]
+        _check_flat("max_unpool2d", idx, output_size)
         HW = output_size[0] * output_size[1]
         out = xp.zeros(N * C * HW, dtype=x.dtype)
         flat = idx.reshape(N * C, -1) + (xp.arange(N * C, dtype=np.int64) * HW)[:, None]
@@ -312,6 +321,7 @@ def _unpool_kernel(xp):
 def _gather_kernel(xp):
     def run(x, idx):
         N, C, H, W = x.shape
+        _check_flat("max_pool2d_gather", idx, (H, W))
         flat = idx.reshape(N * C, -1) + (xp.arange(N * C, dtype=np.int64) * (H * W))[:, None]
         return xp.ascontiguousarray(x).ravel()[flat.ravel()].reshape(idx.shape)
 
@@ -359,6 +369,8 @@ def _avg_kernel(xp):
             s[...] = window(xpad, 0, 0, stride, (1, 1), Ho, Wo)
             for t in range(1, kh * kw):
                 s += window(xpad, t // kw, t % kw, stride, (1, 1), Ho, Wo)
+        if x.dtype.kind in "iu":  # an integer mean truncates toward zero, as PyTorch's integer division
+            return xp.trunc(s / _div_array(xp, div, np.float64)).astype(x.dtype)
         s /= _div_array(xp, div, x.dtype)
         return s.astype(x.dtype, copy=False)
 
@@ -389,7 +401,7 @@ def _avg_bw_kernel(xp):
 # -- opcheck samples (distinct, well separated values: no max-pool ties) ------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _distinct(shape, seed):
@@ -421,14 +433,33 @@ def _pooled(shape, at, seed, adaptive=False):
     return x, with_idx[1]
 
 
+def _window_errors(x, at):
+    """Error inputs for bad pooling windows of ``x`` (attributes ``at``)."""
+    yield ErrorInput((x[0],), at, OpError, "'input' must be 4-d")
+    yield ErrorInput((x,), {**at, "kernel_size": (0, 2)}, OpError, "'kernel_size' must be positive")
+    yield ErrorInput((x,), {**at, "stride": (2,)}, OpTypeError, "'stride' must be 2 int(s)")
+    yield ErrorInput((x,), {**at, "padding": (-1, 0)}, OpError, "'padding' must be non-negative")
+    yield ErrorInput((x,), {**at, "kernel_size": (2, 2), "padding": (2, 0)}, OpError, "at most half of the kernel")
+    yield ErrorInput((x,), {**at, "kernel_size": (9, 2), "padding": (0, 0)}, OpError, "too small")
+
+
 def _max_samples():
     for k, (shape, at) in enumerate(_MAX_CASES):
         yield SampleInput((_distinct(shape, k),), dict(at))
+    yield SampleInput((S.ints((1, 2, 4, 4), -5, 5, seed=3),), dict(_MAX_CASES[0][1]))
+    x, at = _distinct((1, 2, 5, 5), 0), _MAX_CASES[0][1]
+    yield from _window_errors(x, at)
+    yield ErrorInput((x,), {**at, "dilation": (0, 1)}, OpError, "'dilation' must be positive")
 
 
 def _adaptive_max_samples():
     for k, (shape, out) in enumerate(_ADAPTIVE_CASES):
         yield SampleInput((_distinct(shape, 10 + k),), {"output_size": out})
+    x = _distinct((1, 2, 5, 7), 10)
+    yield ErrorInput((x,), {"output_size": (0, 2)}, OpError, "'output_size' must be 2 positive ints")
+    yield ErrorInput((x,), {"output_size": (2,)}, OpError, "'output_size' must be 2 positive ints")
+    yield ErrorInput((x[0],), {"output_size": (2, 2)}, OpError, "'input' must be 4-d")
+    yield ErrorInput((S.uniform((1, 2, 0, 3)),), {"output_size": (2, 2)}, OpError, "non-empty spatial dims")
 
 
 def _max_bw_samples():
@@ -437,23 +468,43 @@ def _max_bw_samples():
         yield SampleInput((S.uniform(tuple(idx.shape), seed=20 + k), idx), {"input_size": tuple(shape[2:])})
     x, idx = _pooled((1, 1, 5, 5), (2, 2), 30, adaptive=True)  # overlapping windows: repeated indices
     yield SampleInput((S.uniform(tuple(idx.shape), seed=31), idx), {"input_size": (5, 5)})
+    g = S.uniform(tuple(idx.shape), seed=31)
+    yield ErrorInput((g, idx[:, :, :1]), {"input_size": (5, 5)}, OpError, "must equal 'grad_output' shape")
+    yield ErrorInput((g, idx[0]), {"input_size": (5, 5)}, OpError, "'indices' must be 4-d")
+    yield ErrorInput((g, idx), {"input_size": (5, 0)}, OpError, "'input_size' must be 2 positive ints")
+    yield ErrorInput((g, idx), {"input_size": (2, 2)}, OpIndexError, "out of range", values=True)
+    yield ErrorInput((g[0], idx), {"input_size": (5, 5)}, OpError, "'grad_output' must be 4-d")
 
 
 def _gather_samples():
     for k, (shape, at) in enumerate(_MAX_CASES):
         x, idx = _pooled(shape, at, k)
         yield SampleInput((S.uniform(shape, seed=40 + k), idx))
+    x, idx = _pooled(*_MAX_CASES[0], 0)
+    yield ErrorInput((x[0], idx), {}, OpError, "'input' must be 4-d")
+    yield ErrorInput((x, idx[:, :1]), {}, OpError, "'indices' must be 4-d with batch and channels (1, 2)")
+    yield ErrorInput((x, idx + 25), {}, OpIndexError, "out of range", values=True)
 
 
 def _unpool_samples():
     for k, (shape, at) in enumerate(_MAX_CASES[:1]):
         x, idx = _pooled(shape, at, k)
         yield SampleInput((S.uniform(tuple(idx.shape), seed=70 + k), idx), {"output_size": tuple(shape[2:])})
+    x, idx = _pooled(*_MAX_CASES[0], 0)
+    v = S.uniform(tuple(idx.shape), seed=70)
+    yield ErrorInput((v, idx[:, :, :1]), {"output_size": (5, 5)}, OpError, "must equal 'input' shape")
+    yield ErrorInput((v, idx), {"output_size": (5,)}, OpError, "'output_size' must be 2 positive ints")
+    yield ErrorInput((v, idx), {"output_size": (1, 1)}, OpIndexError, "out of range", values=True)
 
 
 def _avg_samples():
     for k, (shape, at) in enumerate(_AVG_CASES):
         yield SampleInput((S.uniform(shape, seed=50 + k),), dict(at))
+    yield SampleInput((S.ints((1, 2, 4, 6), -7, 8, seed=3),), dict(_AVG_CASES[0][1]))
+    yield SampleInput((S.ints((1, 2, 5, 5), -7, 8, seed=4),), dict(_AVG_CASES[1][1]))
+    x, at = S.uniform((1, 2, 4, 6), seed=50), _AVG_CASES[0][1]
+    yield from _window_errors(x, at)
+    yield ErrorInput((x,), {**at, "divisor_override": 0}, OpError, "'divisor_override' must be a non-zero int")
 
 
 def _avg_bw_samples():
@@ -461,6 +512,11 @@ def _avg_bw_samples():
         out = _avg_geometry(shape[2], shape[3], at["kernel_size"], at["stride"], at["padding"], at["ceil_mode"],
                             at["count_include_pad"], at["divisor_override"])[:2]
         yield SampleInput((S.uniform(shape[:2] + tuple(out), seed=60 + k),), dict(at, input_size=tuple(shape[2:])))
+    at = dict(_AVG_CASES[0][1], input_size=(4, 6))
+    g = S.uniform((1, 2, 2, 3), seed=60)
+    yield ErrorInput((g,), {**at, "input_size": (4, 8)}, OpError, "pools to (2, 4)")
+    yield ErrorInput((g,), {**at, "input_size": (4,)}, OpError, "'input_size' must be 2 positive ints")
+    yield ErrorInput((g[0],), at, OpError, "'grad_output' must be 4-d")
 
 
 set_samples(MAX_POOL2D, _max_samples)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from flow._dispatch import call
-from flow.errors import OpError, OpIndexError, OpTypeError
+from flow.errors import OpError, OpIndexError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, FLOAT, INDEX, INDEX64, Attr
 
 MODES = ("sum", "mean", "max")
 _PAD = Attr("padding_idx", (int, type(None)), None)
@@ -26,27 +26,28 @@ _BAG_ATTRS = [Attr("mode", str, "mean", MODES), _PAD, Attr("include_last_offset"
 
 # -- meta rules ------------------------------------------------------------------------------------------
 def _check_weight(op, w):
-    M.check_float(op, w, "weight")
     if len(w.shape) != 2:
         raise OpError(op, f"'weight' must be 2-d (num_embeddings, embedding_dim), got shape {tuple(w.shape)}")
 
 
-def _check_indices(op, idx, arg="input"):
-    if idx.dtype.category != 1:
-        raise OpTypeError(op, f"'{arg}' must hold indices of an integer dtype, got {idx.dtype}")
+def _check_padding(op, padding_idx, v):
+    # the Python functions turn a negative padding_idx into a row number
+    if padding_idx is not None and not 0 <= padding_idx < v:
+        raise OpIndexError(op, f"'padding_idx' must be a row of the weight, in [0, {v}), got {padding_idx}")
 
 
 def _emb_meta(w, idx, padding_idx=None, scale_grad_by_freq=False):
     _check_weight("embedding", w)
-    _check_indices("embedding", idx)
+    _check_padding("embedding", padding_idx, w.shape[0])
     dev = M.check_same_device("embedding", w, idx)
     return M.TensorMeta(tuple(idx.shape) + (w.shape[1],), w.dtype, dev)
 
 
 def _embb_meta(g, idx, num_weights=0, padding_idx=None, scale_grad_by_freq=False):
     op = "embedding_backward"
-    _check_indices(op, idx, "indices")
-    M.check_float(op, g, "grad_output")
+    if num_weights < 0:
+        raise OpError(op, f"'num_weights' must be non-negative, got {num_weights}")
+    _check_padding(op, padding_idx, num_weights)
     if tuple(g.shape[:-1]) != tuple(idx.shape) or len(g.shape) != len(idx.shape) + 1:
         raise OpError(op, f"'grad_output' must have shape {tuple(idx.shape)} + (embedding_dim,), got "
                           f"{tuple(g.shape)}")
@@ -54,8 +55,6 @@ def _embb_meta(g, idx, num_weights=0, padding_idx=None, scale_grad_by_freq=False
 
 
 def _bag_count(op, idx, offs, include_last_offset):
-    _check_indices(op, idx)
-    _check_indices(op, offs, "offsets")
     if len(idx.shape) != 1 or len(offs.shape) != 1:
         raise OpError(op, f"'input' and 'offsets' must be 1-d, got shapes {tuple(idx.shape)} and {tuple(offs.shape)}")
     b = offs.shape[0] - (1 if include_last_offset else 0)
@@ -67,6 +66,7 @@ def _bag_count(op, idx, offs, include_last_offset):
 def _bag_meta(w, idx, offs, psw=None, mode="mean", padding_idx=None, include_last_offset=False):
     op = "embedding_bag"
     _check_weight(op, w)
+    _check_padding(op, padding_idx, w.shape[0])
     b = _bag_count(op, idx, offs, include_last_offset)
     if psw is not None:
         if mode != "sum":
@@ -86,8 +86,10 @@ def _bag_meta(w, idx, offs, psw=None, mode="mean", padding_idx=None, include_las
 def _bagb_meta(g, idx, offs, psw, max_indices, num_weights=0, mode="mean", padding_idx=None,
                include_last_offset=False):
     op = "embedding_bag_backward"
+    if num_weights < 0:
+        raise OpError(op, f"'num_weights' must be non-negative, got {num_weights}")
+    _check_padding(op, padding_idx, num_weights)
     b = _bag_count(op, idx, offs, include_last_offset)
-    M.check_float(op, g, "grad_output")
     if len(g.shape) != 2 or g.shape[0] != b:
         raise OpError(op, f"'grad_output' must have shape ({b}, embedding_dim), got {tuple(g.shape)}")
     return M.TensorMeta((num_weights, g.shape[1]), g.dtype, M.check_same_device(op, g, idx, offs))
@@ -212,7 +214,9 @@ def _bag_kernel(xp):
 def _bagb_kernel(xp):
     def run(g, idx, offs, psw, maxi, num_weights=0, mode="mean", padding_idx=None, include_last_offset=False):
         d = g.shape[1]
+        _check_range(xp, "embedding_bag_backward", idx.reshape(-1), num_weights)
         if mode == "max":
+            _check_range(xp, "embedding_bag_backward", maxi[maxi >= 0], num_weights)
             ok = maxi >= 0
             flat = (maxi * d + xp.arange(d))[ok]
             dw = xp.bincount(flat, weights=g[ok], minlength=num_weights * d)
@@ -244,6 +248,7 @@ def _emb_kernel(xp):
 def _embb_kernel(xp):
     def run(g, idx, num_weights=0, padding_idx=None, scale_grad_by_freq=False):
         idx1 = idx.reshape(-1).astype(xp.int64, copy=False)
+        _check_range(xp, "embedding_backward", idx1, num_weights)
         rows = g.reshape(-1, g.shape[-1])
         if scale_grad_by_freq and idx1.size:
             cnt = xp.bincount(idx1, minlength=num_weights)
@@ -359,32 +364,49 @@ def _ids_kernel(xp):
     return run
 
 
+# A table of any dtype (as PyTorch's embedding); bags average, so they need floats. Indices: int32 or int64.
+_SPARSE_DTYPES = {"weight": FLOAT, "grad_output": FLOAT, "per_sample_weights": FLOAT, "input": INDEX,
+                  "indices": INDEX, "offsets": INDEX, "max_indices": INDEX64}
+
+
+def _dt(*names, **over):
+    return {n: over.get(n, _SPARSE_DTYPES[n]) for n in names}
+
+
 EMBEDDING = defop("embedding", ["weight", "input"], [_PAD, Attr("scale_grad_by_freq", bool, False)],
-                  meta=_emb_meta, grad=_emb_grad, save="inputs")
+                  meta=_emb_meta, dtypes=_dt("weight", "input", weight=ANY), grad=_emb_grad, save="inputs")
 EMBEDDING_BACKWARD = defop("embedding_backward", ["grad_output", "indices"],
                            [Attr("num_weights", int), _PAD, Attr("scale_grad_by_freq", bool, False)],
-                           meta=_embb_meta, grad=_embb_grad, save="inputs")
+                           meta=_embb_meta, dtypes=_dt("grad_output", "indices"), grad=_embb_grad, save="inputs")
 EMBEDDING_BAG = defop("embedding_bag", ["weight", "input", "offsets", "per_sample_weights?"], _BAG_ATTRS,
-                      outputs=("out", "max_indices"), meta=_bag_meta, grad=_bag_grad, save="both")
+                      outputs=("out", "max_indices"), meta=_bag_meta,
+                      dtypes=_dt("weight", "input", "offsets", "per_sample_weights"), grad=_bag_grad, save="both")
 EMBEDDING_BAG_IDS = defop("embedding_bag_ids", ["input", "offsets"], [_PAD, Attr("include_last_offset", bool, False)],
-                          meta=_ids_meta, save="none")
+                          meta=_ids_meta, dtypes=_dt("input", "offsets"), save="none")
 EMBEDDING_BAG_BACKWARD = defop("embedding_bag_backward", ["grad_output", "input", "offsets", "per_sample_weights?",
                                                           "max_indices"],
-                               [Attr("num_weights", int)] + _BAG_ATTRS, meta=_bagb_meta, grad=_bagb_grad,
-                               save="inputs")
+                               [Attr("num_weights", int)] + _BAG_ATTRS, meta=_bagb_meta,
+                               dtypes=_dt("grad_output", "input", "offsets", "per_sample_weights", "max_indices"),
+                               grad=_bagb_grad, save="inputs")
 
 
 # -- opcheck samples -------------------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _emb_samples():
     w = S.uniform((6, 3), seed=1)
-    yield SampleInput((w, S.t(np.array([[0, 2, 5], [2, 2, 1]]))), {})
+    idx = S.t(np.array([[0, 2, 5], [2, 2, 1]]))
+    yield SampleInput((w, idx), {})
     yield SampleInput((w, S.t(np.array([4, 0, 4]))), {"padding_idx": 4}, grad=False)  # not the math gradient
     yield SampleInput((w, S.t(np.array(3))), {})
+    yield SampleInput((S.ints((6, 3), -4, 4), idx.int()), {})
+    yield ErrorInput((w[0], idx), {}, OpError, "'weight' must be 2-d")
+    yield ErrorInput((w, idx), {"padding_idx": 6}, OpIndexError, "'padding_idx' must be a row of the weight")
+    yield ErrorInput((w, idx + 4), {}, OpIndexError, "out of range", values=True)
+    yield ErrorInput((w, idx - 3), {}, OpIndexError, "out of range", values=True)
 
 
 def _embb_samples():
@@ -392,6 +414,11 @@ def _embb_samples():
     yield SampleInput((S.uniform((2, 3, 3), seed=2), S.t(idx)), {"num_weights": 6})
     yield SampleInput((S.uniform((2, 3, 3), seed=3), S.t(idx)), {"num_weights": 6, "padding_idx": 2})
     yield SampleInput((S.uniform((2, 3, 3), seed=4), S.t(idx)), {"num_weights": 7, "scale_grad_by_freq": True})
+    g = S.uniform((2, 3, 3), seed=2)
+    yield ErrorInput((g[0], S.t(idx)), {"num_weights": 6}, OpError, "'grad_output' must have shape (2, 3)")
+    yield ErrorInput((g, S.t(idx)), {"num_weights": -1}, OpError, "'num_weights' must be non-negative")
+    yield ErrorInput((g, S.t(idx)), {"num_weights": 6, "padding_idx": 7}, OpIndexError, "'padding_idx' must be")
+    yield ErrorInput((g, S.t(idx)), {"num_weights": 3}, OpIndexError, "out of range", values=True)
 
 
 def _bag_cases():
@@ -406,10 +433,31 @@ def _bag_cases():
     yield idx, offs, None, {"mode": "max", "padding_idx": 0}
 
 
+def _bag_errors(lead, w, extra):
+    """Error inputs of embedding_bag and its backward/ids ops: ``lead`` tensors come before 'input'."""
+    idx, offs = S.t(np.array([1, 4, 4, 0, 3, 2, 6, 1])), S.t(np.array([0, 3, 3, 5]))
+    tail = (None,) if w is not None else ()
+    yield ErrorInput((*lead, idx[None], offs, *tail), extra, OpError, "'input' and 'offsets' must be 1-d")
+    yield ErrorInput((*lead, idx, offs[None], *tail), extra, OpError, "'input' and 'offsets' must be 1-d")
+    yield ErrorInput((*lead, idx, offs[:0], *tail), {**extra, "include_last_offset": True}, OpError,
+                     "'offsets' must not be empty")
+    yield ErrorInput((*lead, idx, offs + 1, *tail), extra, OpError, "offsets[0] has to be 0", values=True)
+    yield ErrorInput((*lead, idx, S.t(np.array([0, 5, 3, 5])), *tail), extra, OpError, "non-decreasing",
+                     values=True)
+
+
 def _bag_samples():
     w = S.uniform((7, 3), seed=6)
     for idx, offs, psw, kw in _bag_cases():
         yield SampleInput((w, idx, offs, psw), kw)
+    idx, offs = S.t(np.array([1, 4, 4, 0, 3, 2, 6, 1])), S.t(np.array([0, 3, 3, 5]))
+    yield SampleInput((w, idx.int(), offs, None), {"mode": "sum"})
+    yield from _bag_errors((w,), w, {"mode": "sum"})
+    yield ErrorInput((w[0], idx, offs, None), {"mode": "sum"}, OpError, "'weight' must be 2-d")
+    yield ErrorInput((w, idx, offs, S.uniform((8,))), {"mode": "mean"}, OpError, "only supported for mode='sum'")
+    yield ErrorInput((w, idx, offs, S.uniform((7,))), {"mode": "sum"}, OpError, "'per_sample_weights' must be (8,)")
+    yield ErrorInput((w, idx, offs, None), {"mode": "sum", "padding_idx": 7}, OpIndexError, "'padding_idx' must be")
+    yield ErrorInput((w, idx + 1, offs, None), {"mode": "sum"}, OpIndexError, "out of range", values=True)
 
 
 def _bagb_samples():
@@ -417,13 +465,21 @@ def _bagb_samples():
     for idx, offs, psw, kw in _bag_cases():
         out, maxi = call(EMBEDDING_BAG, w, idx, offs, psw, **kw)
         yield SampleInput((S.uniform(tuple(out.shape), seed=7), idx, offs, psw, maxi), dict(kw, num_weights=7))
+    idx, offs = S.t(np.array([1, 4, 4, 0, 3, 2, 6, 1])), S.t(np.array([0, 3, 3, 5]))
+    g, maxi = S.uniform((4, 3), seed=7), S.t(np.zeros((0,), np.int64))
+    at = {"mode": "sum", "num_weights": 7}
+    yield ErrorInput((g[:3], idx, offs, None, maxi), at, OpError, "'grad_output' must have shape (4, embedding_dim)")
+    yield ErrorInput((g, idx, offs, None, maxi), {**at, "num_weights": -7}, OpError, "'num_weights' must be")
+    yield ErrorInput((g, idx, offs, None, maxi), {**at, "padding_idx": 7}, OpIndexError, "'padding_idx' must be")
+    yield ErrorInput((g, idx, offs, None, maxi), {**at, "num_weights": 3}, OpIndexError, "out of range", values=True)
 
 
 set_samples(EMBEDDING, _emb_samples)
 set_samples(EMBEDDING_BACKWARD, _embb_samples)
 set_samples(EMBEDDING_BAG, _bag_samples)
 set_samples(EMBEDDING_BAG_BACKWARD, _bagb_samples)
-set_samples(EMBEDDING_BAG_IDS, lambda: [SampleInput((idx, offs), {k: v for k, v in kw.items() if k != "mode"})
-                                        for idx, offs, _, kw in _bag_cases()])
+set_samples(EMBEDDING_BAG_IDS, lambda: [*(SampleInput((idx, offs), {k: v for k, v in kw.items() if k != "mode"})
+                                          for idx, offs, _, kw in _bag_cases()),
+                                        *_bag_errors((), None, {})])
 
 __all__: list[str] = []

@@ -13,7 +13,7 @@ from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, Attr
 
 _NP_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
@@ -41,8 +41,8 @@ def _pad_grad(ctx, g):
     return (call(PAD, g, pad=tuple(-p for p in ctx.attrs["pad"]), value=0.0),)
 
 
-PAD = defop("constant_pad", ["input"], [Attr("pad", tuple), Attr("value", (float, int, bool), 0.0)],
-            meta=_pad_meta, grad=_pad_grad, save="none")
+PAD = defop("constant_pad", ["input"], [Attr("pad", tuple, items=int), Attr("value", (float, int, bool), 0.0)],
+            meta=_pad_meta, dtypes=ANY, grad=_pad_grad, save="none")
 
 
 @kernel(PAD)
@@ -118,10 +118,20 @@ def pad(input, pad, mode: str = "constant", value=None):
 # -- opcheck samples -------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
-set_samples(PAD, lambda: [SampleInput((S.uniform((2, 3, 4), seed=1),), {"pad": (1, 2), "value": 0.0}),
-                          SampleInput((S.uniform((2, 3, 4), seed=2),), {"pad": (1, -2, 0, 2), "value": 1.5}),
-                          SampleInput((S.uniform((3, 4), seed=3),), {"pad": (-1, -1, 2, 0), "value": -1.0})])
+
+def _pad_samples():
+    x = S.uniform((2, 3, 4), seed=1)
+    yield SampleInput((x,), {"pad": (1, 2), "value": 0.0})
+    yield SampleInput((S.uniform((2, 3, 4), seed=2),), {"pad": (1, -2, 0, 2), "value": 1.5})
+    yield SampleInput((S.uniform((3, 4), seed=3),), {"pad": (-1, -1, 2, 0), "value": -1.0})
+    yield SampleInput((S.ints((3, 4), seed=3),), {"pad": (0, 1), "value": 7})
+    yield ErrorInput((x,), {"pad": (1, 2, 3), "value": 0.0}, OpError, "even length")
+    yield ErrorInput((x,), {"pad": (1,) * 8, "value": 0.0}, OpError, "pads 4 dims but the input has only 3")
+    yield ErrorInput((x,), {"pad": (-3, -2), "value": 0.0}, OpError, "gives a negative size")
+
+
+set_samples(PAD, _pad_samples)
 
 __all__ = ["pad"]

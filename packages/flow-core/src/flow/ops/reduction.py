@@ -17,7 +17,7 @@ from flow._dispatch import call
 from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, FLOAT, Attr
 
 
 # -- helpers shared with reduction_stats and sorting ---------------------------------
@@ -94,10 +94,8 @@ def _int64_if_int(dt):
     return D.int64 if dt.category < 2 else dt
 
 
-def _reduce_meta(op: str, out_dtype=None, allow_int: bool = True, nonempty: bool = False):
+def _reduce_meta(op: str, out_dtype=None, nonempty: bool = False):
     def rule(x, dim=None, keepdim=False, **attrs):
-        if not allow_int and not x.dtype.is_floating_point:
-            raise OpTypeError(op, f"expected a floating-point input, got {x.dtype}")
         shape = tuple(x.shape)
         dims = M.wrap_dims(op, dim, len(shape))
         if nonempty:
@@ -147,14 +145,13 @@ def _half_acc(xp, x):
     return x.astype(xp.float32) if x.dtype.kind == "f" and x.dtype.itemsize < 4 else x
 
 
-_DIM_ATTRS = [Attr("dim", (tuple, type(None)), None), Attr("keepdim", bool, False)]
+_DIM_ATTRS = [Attr("dim", (tuple, type(None)), None, items=int), Attr("keepdim", bool, False)]
 
-SUM = defop("sum", ["input"], _DIM_ATTRS, meta=_reduce_meta("sum", out_dtype=_int64_if_int), grad=_sum_grad,
-            save="none")
-MEAN = defop("mean", ["input"], _DIM_ATTRS, meta=_reduce_meta("mean", allow_int=False), grad=_mean_grad,
-             save="none")
-PROD = defop("prod", ["input"], _DIM_ATTRS, meta=_reduce_meta("prod", out_dtype=_int64_if_int), grad=_prod_grad,
-             save="inputs")
+SUM = defop("sum", ["input"], _DIM_ATTRS, meta=_reduce_meta("sum", out_dtype=_int64_if_int), dtypes=ANY,
+            grad=_sum_grad, save="none")
+MEAN = defop("mean", ["input"], _DIM_ATTRS, meta=_reduce_meta("mean"), dtypes=FLOAT, grad=_mean_grad, save="none")
+PROD = defop("prod", ["input"], _DIM_ATTRS, meta=_reduce_meta("prod", out_dtype=_int64_if_int), dtypes=ANY,
+             grad=_prod_grad, save="inputs")
 
 
 @kernel(SUM)
@@ -252,8 +249,8 @@ def _bool_out(dt):
     return D.uint8 if dt is D.uint8 else D.bool
 
 
-ALL = defop("all", ["input"], _DIM_ATTRS, meta=_reduce_meta("all", out_dtype=_bool_out), save="none")
-ANY = defop("any", ["input"], _DIM_ATTRS, meta=_reduce_meta("any", out_dtype=_bool_out), save="none")
+ALL = defop("all", ["input"], _DIM_ATTRS, meta=_reduce_meta("all", out_dtype=_bool_out), dtypes=ANY, save="none")
+ANY_OP = defop("any", ["input"], _DIM_ATTRS, meta=_reduce_meta("any", out_dtype=_bool_out), dtypes=ANY, save="none")
 
 
 def _logical_kernel(fname):
@@ -270,7 +267,7 @@ def _logical_kernel(fname):
 
 
 kernel(ALL)(_logical_kernel("all"))
-kernel(ANY)(_logical_kernel("any"))
+kernel(ANY_OP)(_logical_kernel("any"))
 
 
 def all(input, dim=None, keepdim: bool = False):  # noqa: A001
@@ -282,7 +279,7 @@ def all(input, dim=None, keepdim: bool = False):  # noqa: A001
 def any(input, dim=None, keepdim: bool = False):  # noqa: A001
     """True where some element over ``dim`` is nonzero."""
     check_tensor("any", input)
-    return call(ANY, input, dim=_dims_attr(dim, "any"), keepdim=bool(keepdim))
+    return call(ANY_OP, input, dim=_dims_attr(dim, "any"), keepdim=bool(keepdim))
 
 
 def count_nonzero(input, dim=None):
@@ -305,6 +302,8 @@ def _red_samples():
     yield SampleInput((x,), {"dim": (-1,), "keepdim": False})
     yield SampleInput((S.uniform((), seed=2),), {"dim": (0,), "keepdim": False})
     yield SampleInput((S.uniform((3, 0), seed=2),), {"dim": (1,), "keepdim": True})
+    yield from S.dim_errors(x, {"keepdim": False})
+    yield from S.dim_errors(S.uniform((), seed=2), {"keepdim": False})
 
 
 def _prod_samples():
@@ -321,12 +320,14 @@ def _logical_samples():
     yield SampleInput((b,), {"dim": (1,), "keepdim": True})
     yield SampleInput((S.ints((3, 4), 0, 2, seed=2),), {"dim": (0,), "keepdim": False})
     yield SampleInput((S.ints((2, 0), 0, 2, seed=2),), {"dim": (1,), "keepdim": False})
+    yield SampleInput((S.ints((3, 4), 0, 2, seed=3, dtype=D.uint8),), {"dim": (1,), "keepdim": False})
+    yield from S.dim_errors(b, {"keepdim": False})
 
 
 set_samples(SUM, _red_samples)
 set_samples(MEAN, _red_samples)
 set_samples(PROD, _prod_samples)
 set_samples(ALL, _logical_samples)
-set_samples(ANY, _logical_samples)
+set_samples(ANY_OP, _logical_samples)
 
 __all__ = ["sum", "mean", "prod", "nansum", "nanmean", "all", "any", "count_nonzero"]

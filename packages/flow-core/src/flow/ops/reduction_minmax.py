@@ -16,13 +16,11 @@ from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops.reduction import _DIM_ATTRS, _dims_attr, _reduce_meta, axes, check_tensor, ctx_dims, keep, return_type
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, FLOAT, INDEX64, NUMERIC, Attr
 
 
 # -- select_along_dim: gather along one dim, and its gradient (a scatter) -------------------
 def _select_meta(x, index, dim=0):
-    if index.dtype is not D.int64:
-        raise OpTypeError("select_along_dim", f"'index' must be an int64 tensor, got {index.dtype}")
     if len(index.shape) != len(x.shape):
         raise OpError("select_along_dim", f"'index' must have as many dims as 'input' ({len(x.shape)}), got "
                                           f"shape {tuple(index.shape)}")
@@ -35,8 +33,8 @@ def _select_meta(x, index, dim=0):
 
 
 def _select_bw_meta(grad, index, dim=0, size=0):
-    if index.dtype is not D.int64:
-        raise OpTypeError("select_along_dim_backward", f"'index' must be an int64 tensor, got {index.dtype}")
+    if size < 0:
+        raise OpError("select_along_dim_backward", f"'size' must be non-negative, got {size}")
     if tuple(index.shape) != tuple(grad.shape):
         raise OpError("select_along_dim_backward", f"'index' shape {tuple(index.shape)} must equal 'grad' shape "
                                                    f"{tuple(grad.shape)}")
@@ -48,12 +46,14 @@ def _select_bw_meta(grad, index, dim=0, size=0):
 
 SELECT_ALONG_DIM = defop(
     "select_along_dim", ["input", "index"], [Attr("dim", int)], meta=_select_meta, save="inputs",
+    dtypes={"input": ANY, "index": INDEX64},
     grad=lambda ctx, g: (select_along_dim_backward(g, ctx.inputs[1], ctx.attrs["dim"],
                                                    _dim_size(ctx.input_shape(0), ctx.attrs["dim"])), None),
     doc="out[..., j, ...] = input[..., index[..., j, ...], ...] along ``dim`` (distinct indices per slice).")
 SELECT_ALONG_DIM_BACKWARD = defop(
     "select_along_dim_backward", ["grad", "index"], [Attr("dim", int), Attr("size", int)], meta=_select_bw_meta,
-    save="inputs", grad=lambda ctx, g: (select_along_dim(g, ctx.inputs[1], ctx.attrs["dim"]), None),
+    save="inputs", dtypes={"grad": FLOAT, "index": INDEX64},
+    grad=lambda ctx, g: (select_along_dim(g, ctx.inputs[1], ctx.attrs["dim"]), None),
     doc="Zeros of ``size`` along ``dim`` with ``grad`` put at ``index`` (the gradient of select_along_dim).")
 
 
@@ -63,9 +63,13 @@ def _dim_size(shape, dim):
 
 @kernel(SELECT_ALONG_DIM)
 def _select_kernel(xp):
+    from flow.ops.indexing import check_range
+
     def run(x, index, dim=0):
         if x.ndim == 0:
+            check_range("select_along_dim", index, 1, 0)
             return x.copy()
+        check_range("select_along_dim", index, x.shape[dim], dim % x.ndim)
         return xp.take_along_axis(x, index, axis=dim)
 
     return run
@@ -73,10 +77,13 @@ def _select_kernel(xp):
 
 @kernel(SELECT_ALONG_DIM_BACKWARD)
 def _select_bw_kernel(xp):
+    from flow.ops.indexing import check_range
+
     def run(g, index, dim=0, size=0):
         if g.ndim == 0:
             return g.copy()
         d = dim % g.ndim
+        check_range("select_along_dim_backward", index, size, d)
         gm = xp.moveaxis(g, d, -1)
         lead = gm.shape[:-1]
         rows = 1
@@ -123,8 +130,10 @@ def _amax_grad(ctx, g):
     return (where(mask, keep(g, shape, dims, kd) / count, 0.0),)  # ties share the gradient evenly
 
 
-AMAX = defop("amax", ["input"], _DIM_ATTRS, meta=_reduce_meta("amax", nonempty=True), grad=_amax_grad, save="both")
-AMIN = defop("amin", ["input"], _DIM_ATTRS, meta=_reduce_meta("amin", nonempty=True), grad=_amax_grad, save="both")
+AMAX = defop("amax", ["input"], _DIM_ATTRS, meta=_reduce_meta("amax", nonempty=True), dtypes=ANY, grad=_amax_grad,
+             save="both")
+AMIN = defop("amin", ["input"], _DIM_ATTRS, meta=_reduce_meta("amin", nonempty=True), dtypes=ANY, grad=_amax_grad,
+             save="both")
 
 
 def _amax_kernel(fname):
@@ -169,13 +178,13 @@ def _max_dim_grad(ctx, gv, gi):
 
 
 ARGMAX = defop("argmax", ["input"], [Attr("dim", (int, type(None)), None), Attr("keepdim", bool, False)],
-               meta=_argmax_meta("argmax"), save="none")
+               meta=_argmax_meta("argmax"), dtypes=NUMERIC, save="none")
 ARGMIN = defop("argmin", ["input"], [Attr("dim", (int, type(None)), None), Attr("keepdim", bool, False)],
-               meta=_argmax_meta("argmin"), save="none")
+               meta=_argmax_meta("argmin"), dtypes=NUMERIC, save="none")
 MAX_DIM = defop("max_dim", ["input"], [Attr("dim", int), Attr("keepdim", bool, False)], ("values", "indices"),
-                meta=_index_dim_meta("max"), grad=_max_dim_grad, save="outputs")
+                meta=_index_dim_meta("max"), dtypes=ANY, grad=_max_dim_grad, save="outputs")
 MIN_DIM = defop("min_dim", ["input"], [Attr("dim", int), Attr("keepdim", bool, False)], ("values", "indices"),
-                meta=_index_dim_meta("min"), grad=_max_dim_grad, save="outputs")
+                meta=_index_dim_meta("min"), dtypes=ANY, grad=_max_dim_grad, save="outputs")
 
 
 def _argmax_kernel(fname):
@@ -297,9 +306,10 @@ def aminmax(input, *, dim=None, keepdim: bool = False):
 
 
 # -- opcheck samples ---------------------------------------------------------------------
+from flow.errors import OpIndexError  # noqa: E402
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _amax_samples():
@@ -311,6 +321,11 @@ def _amax_samples():
     tie = S.t(np.array([[1.0, -0.5, 1.0, 0.25], [-2.0, 0.5, 0.75, -2.0]]))
     yield SampleInput((tie,), {"dim": (1,), "keepdim": False})
     yield SampleInput((S.ints((3, 4), -5, 5, seed=3),), {"dim": (0,), "keepdim": False})
+    yield SampleInput((S.bools((3, 4), seed=4),), {"dim": (1,), "keepdim": True})
+    yield SampleInput((S.uniform((2, 0), seed=5),), {"dim": (0,), "keepdim": False})
+    yield from S.dim_errors(x, {"keepdim": False})
+    yield ErrorInput((S.uniform((2, 0), seed=5),), {"dim": None, "keepdim": False}, OpError, "empty tensor")
+    yield ErrorInput((S.uniform((2, 0), seed=5),), {"dim": (1,), "keepdim": False}, OpIndexError, "size 0")
 
 
 def _argmax_samples():
@@ -320,6 +335,9 @@ def _argmax_samples():
     yield SampleInput((x,), {"dim": 1, "keepdim": False})
     yield SampleInput((x,), {"dim": -1, "keepdim": True})
     yield SampleInput((S.ints((4, 6), 0, 3, seed=5),), {"dim": 1, "keepdim": False})  # ties: first index
+    yield from S.dim_errors(x, {"keepdim": False}, tuple_dims=False)
+    yield ErrorInput((S.uniform((0, 3)),), {"dim": None, "keepdim": False}, OpError, "empty tensor")
+    yield ErrorInput((S.uniform((0, 3)),), {"dim": 0, "keepdim": False}, OpIndexError, "size 0")
 
 
 def _max_dim_samples():
@@ -329,6 +347,9 @@ def _max_dim_samples():
     yield SampleInput((x,), {"dim": 0, "keepdim": False})
     yield SampleInput((S.uniform((), seed=7),), {"dim": 0, "keepdim": False})
     yield SampleInput((S.ints((4, 6), 0, 3, seed=8),), {"dim": 1, "keepdim": False})
+    yield SampleInput((S.bools((4, 6), seed=9),), {"dim": 0, "keepdim": True})
+    yield from S.dim_errors(x, {"keepdim": False}, tuple_dims=False)
+    yield ErrorInput((S.uniform((0, 3)),), {"dim": 0, "keepdim": False}, OpIndexError, "size 0")
 
 
 
@@ -343,11 +364,21 @@ def _select_samples():
     yield SampleInput((x, _unique_index((3, 5, 4), 1, 2, 10)), {"dim": 1})
     yield SampleInput((x, _unique_index((3, 5, 4), -1, 4, 11)), {"dim": -1})
     yield SampleInput((S.uniform((), seed=12), S.t(np.array(0), dtype=D.int64)), {"dim": 0})
+    idx = _unique_index((3, 5, 4), 1, 2, 10)
+    yield ErrorInput((x, idx[0]), {"dim": 1}, OpError, "as many dims")
+    yield ErrorInput((x, _unique_index((3, 5, 3), 1, 2, 10)), {"dim": 1}, OpError, "must match")
+    yield from (ErrorInput((x, idx), e.kwargs, e.error, e.match) for e in S.dim_errors(x, tuple_dims=False))
+    yield ErrorInput((x, idx + 5), {"dim": 1}, OpIndexError, "out of range", values=True)
 
 
 def _select_bw_samples():
     yield SampleInput((S.uniform((3, 2, 4), seed=13), _unique_index((3, 5, 4), 1, 2, 14)), {"dim": 1, "size": 5})
     yield SampleInput((S.uniform((3, 5), seed=15), _unique_index((3, 5), 1, 5, 16)), {"dim": -1, "size": 5})
+    g, idx = S.uniform((3, 2, 4), seed=13), _unique_index((3, 5, 4), 1, 2, 14)
+    yield ErrorInput((g, idx[:, :1]), {"dim": 1, "size": 5}, OpError, "must equal 'grad' shape")
+    yield ErrorInput((g, idx), {"dim": 3, "size": 5}, OpIndexError, "out of range")
+    yield ErrorInput((g, idx), {"dim": 1, "size": -1}, OpError, "'size' must be non-negative")
+    yield ErrorInput((g, idx), {"dim": 1, "size": 1}, OpIndexError, "out of range", values=True)
 
 
 set_samples(AMAX, _amax_samples)

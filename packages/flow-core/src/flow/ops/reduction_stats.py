@@ -15,7 +15,7 @@ from flow import _dtype as D
 from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
-from flow.ops._define import defop, kernel
+from flow.ops._define import defop, kernel, promote_float
 from flow.ops.reduction import (
     _dims_attr,
     _half_acc,
@@ -26,7 +26,7 @@ from flow.ops.reduction import (
     ctx_dims,
     keep,
 )
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, FLOAT, FLOAT_PROMOTE, Attr
 
 
 def _where(c, a, b):
@@ -35,25 +35,15 @@ def _where(c, a, b):
     return where(c, a, b)
 
 
-def _to_float(x):
-    if x.dtype.is_floating_point:
-        return x
-    from flow.ops.conversion import to_dtype
-
-    return to_dtype(x, D._default_dtype)
-
-
 # -- var, std ---------------------------------------------------------------------------------
-_VAR_ATTRS = [Attr("dim", (tuple, type(None)), None), Attr("correction", float, 1.0), Attr("keepdim", bool, False)]
+_VAR_ATTRS = [Attr("dim", (tuple, type(None)), None, items=int), Attr("correction", float, 1.0),
+              Attr("keepdim", bool, False)]
 
 
 def _var_meta(op):
     rule = _reduce_meta(op)
 
     def meta(x, dim=None, correction=1.0, keepdim=False):
-        if not x.dtype.is_floating_point:
-            raise OpTypeError(op, f"expected a floating-point input, got {x.dtype} (std and var need floats; "
-                                  "convert with .float())")
         return rule(x, dim, keepdim)
 
     return meta
@@ -87,8 +77,8 @@ def _std_grad(ctx, g):
     return (_var_backward(ctx, _where(out == 0, 0.0, g / (safe * 2.0)), "std"),)
 
 
-VAR = defop("var", ["input"], _VAR_ATTRS, meta=_var_meta("var"), grad=_var_grad, save="inputs")
-STD = defop("std", ["input"], _VAR_ATTRS, meta=_var_meta("std"), grad=_std_grad, save="both")
+VAR = defop("var", ["input"], _VAR_ATTRS, meta=_var_meta("var"), dtypes=FLOAT, grad=_var_grad, save="inputs")
+STD = defop("std", ["input"], _VAR_ATTRS, meta=_var_meta("std"), dtypes=FLOAT, grad=_std_grad, save="both")
 
 
 def _var_kernel(take_sqrt: bool):
@@ -169,8 +159,9 @@ def _lse_grad(ctx, g):
     return (keep(g, shape, dims, kd) * exp(x - keep(out, shape, dims, kd)),)
 
 
-LOGSUMEXP = defop("logsumexp", ["input"], [Attr("dim", (tuple, type(None)), None), Attr("keepdim", bool, False)],
-                  meta=_reduce_meta("logsumexp", allow_int=False), grad=_lse_grad, save="both")
+LOGSUMEXP = defop("logsumexp", ["input"], [Attr("dim", (tuple, type(None)), None, items=int),
+                                           Attr("keepdim", bool, False)],
+                  meta=_reduce_meta("logsumexp"), dtypes=FLOAT_PROMOTE, grad=_lse_grad, save="both")
 
 
 @kernel(LOGSUMEXP)
@@ -194,13 +185,11 @@ def _lse_kernel(xp):
 def logsumexp(input, dim=None, keepdim: bool = False):
     """``log(sum(exp(input)))`` over ``dim``, computed stably (integers are promoted to float)."""
     check_tensor("logsumexp", input)
-    return call(LOGSUMEXP, _to_float(input), dim=_dims_attr(dim, "logsumexp"), keepdim=bool(keepdim))
+    return call(LOGSUMEXP, promote_float(LOGSUMEXP, input), dim=_dims_attr(dim, "logsumexp"), keepdim=bool(keepdim))
 
 
 # -- norm ------------------------------------------------------------------------------------
 def _norm_meta(x, p=2.0, dim=None, keepdim=False):
-    if not x.dtype.is_floating_point:
-        raise OpTypeError("norm", f"expected a floating-point input, got {x.dtype}")
     empty_ok = not (p == math.inf or p == -math.inf)
     return _reduce_meta("norm", nonempty=not empty_ok)(x, dim, keepdim)
 
@@ -231,8 +220,9 @@ def _norm_grad(ctx, g):
     return (local * _where(ok == 0, 0.0, gk / safe ** (p - 1.0)),)
 
 
-NORM = defop("norm", ["input"], [Attr("p", float, 2.0), Attr("dim", (tuple, type(None)), None),
-                                 Attr("keepdim", bool, False)], meta=_norm_meta, grad=_norm_grad, save="both")
+NORM = defop("norm", ["input"], [Attr("p", float, 2.0), Attr("dim", (tuple, type(None)), None, items=int),
+                                 Attr("keepdim", bool, False)], meta=_norm_meta, dtypes=FLOAT, grad=_norm_grad,
+             save="both")
 
 
 @kernel(NORM)
@@ -306,9 +296,10 @@ def _cumprod_grad(ctx, g):
 
 
 CUMSUM = defop("cumsum", ["input"], [Attr("dim", int), Attr("reverse", bool, False)], meta=_scan_meta("cumsum"),
-               grad=_cumsum_grad, save="none", doc="Cumulative sum along ``dim`` (from the end when ``reverse``).")
-CUMPROD = defop("cumprod", ["input"], [Attr("dim", int)], meta=_scan_meta("cumprod"), grad=_cumprod_grad,
-                save="both")
+               dtypes=ANY, grad=_cumsum_grad, save="none",
+               doc="Cumulative sum along ``dim`` (from the end when ``reverse``).")
+CUMPROD = defop("cumprod", ["input"], [Attr("dim", int)], meta=_scan_meta("cumprod"), dtypes=ANY,
+                grad=_cumprod_grad, save="both")
 
 
 def _scan_kernel(fname):
@@ -362,9 +353,10 @@ def cumprod(input, dim, *, dtype=None):
 
 
 # -- opcheck samples ---------------------------------------------------------------------
+from flow.errors import OpIndexError  # noqa: E402
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _var_samples():
@@ -373,6 +365,7 @@ def _var_samples():
     yield SampleInput((x,), {"dim": (1,), "correction": 0.0, "keepdim": True})
     yield SampleInput((x,), {"dim": (0, 2), "correction": 1.0, "keepdim": False})
     yield SampleInput((x,), {"dim": (-1,), "correction": 2.0, "keepdim": False})
+    yield from S.dim_errors(x, {"correction": 1.0, "keepdim": False})
 
 
 def _lse_samples():
@@ -381,6 +374,7 @@ def _lse_samples():
     yield SampleInput((x,), {"dim": (1,), "keepdim": True})
     yield SampleInput((x,), {"dim": (0, 2), "keepdim": False})
     yield SampleInput((S.t(np.array([[1000.0, 999.0], [-1000.0, -1001.0]])),), {"dim": (1,), "keepdim": False})
+    yield from S.dim_errors(x, {"keepdim": False})
 
 
 def _norm_samples():
@@ -390,6 +384,10 @@ def _norm_samples():
     yield SampleInput((x,), {"p": 2.0, "dim": (1,), "keepdim": True})
     yield SampleInput((x,), {"p": 1.5, "dim": (0,), "keepdim": False})
     yield SampleInput((S.uniform((2, 3, 2), seed=24),), {"p": 2.0, "dim": (0, 2), "keepdim": False})
+    yield SampleInput((S.uniform((2, 0), seed=24),), {"p": 1.0, "dim": (1,), "keepdim": False})
+    yield from S.dim_errors(x, {"p": 2.0, "keepdim": False})
+    yield ErrorInput((S.uniform((2, 0), seed=24),), {"p": math.inf, "dim": (1,), "keepdim": False}, OpIndexError,
+                     "size 0")
 
 
 def _cumsum_samples():
@@ -399,6 +397,8 @@ def _cumsum_samples():
     yield SampleInput((x,), {"dim": 1, "reverse": True})
     yield SampleInput((S.ints((3, 4), -3, 3, seed=26),), {"dim": 1, "reverse": False})
     yield SampleInput((S.uniform((), seed=27),), {"dim": 0, "reverse": False})
+    yield SampleInput((S.bools((3, 4), seed=26),), {"dim": 0, "reverse": True})
+    yield from S.dim_errors(x, {"reverse": False}, tuple_dims=False)
 
 
 def _cumprod_samples():
@@ -409,6 +409,7 @@ def _cumprod_samples():
     yield SampleInput((zeros,), {"dim": 1})
     yield SampleInput((zeros,), {"dim": 0})
     yield SampleInput((S.ints((3, 4), -3, 3, seed=29),), {"dim": 1})
+    yield from S.dim_errors(x, tuple_dims=False)
 
 
 set_samples(VAR, _var_samples)

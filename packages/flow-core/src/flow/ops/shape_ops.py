@@ -13,7 +13,7 @@ from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops.movement import _expand_meta, _shape_args, expand, reshape
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, INDEX64, Attr
 
 
 def _tensor_list(op: str, tensors) -> list:
@@ -81,7 +81,7 @@ def _cat_grad(ctx, g):
     return (list(split(g, sizes, d)),)
 
 
-CAT = defop("cat", ["*tensors"], [Attr("dim", int, 0)], meta=_cat_meta, grad=_cat_grad, save="none")
+CAT = defop("cat", ["*tensors"], [Attr("dim", int, 0)], meta=_cat_meta, dtypes=ANY, grad=_cat_grad, save="none")
 
 
 @kernel(CAT)
@@ -129,7 +129,8 @@ def _stack_grad(ctx, g):
     return (list(unbind(g, ctx.attrs["dim"])),)
 
 
-STACK = defop("stack", ["*tensors"], [Attr("dim", int, 0)], meta=_stack_meta, grad=_stack_grad, save="none")
+STACK = defop("stack", ["*tensors"], [Attr("dim", int, 0)], meta=_stack_meta, dtypes=ANY, grad=_stack_grad,
+              save="none")
 
 
 @kernel(STACK)
@@ -254,7 +255,7 @@ def _flip_meta(x, dims):
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
-FLIP = defop("flip", ["input"], [Attr("dims", tuple)], meta=_flip_meta, save="none",
+FLIP = defop("flip", ["input"], [Attr("dims", tuple, items=int)], meta=_flip_meta, dtypes=ANY, save="none",
              grad=lambda ctx, g: (call(FLIP, g, dims=ctx.attrs["dims"]),))
 
 
@@ -315,9 +316,10 @@ def _roll_meta(x, shifts, dims=None):
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
-ROLL = defop("roll", ["input"], [Attr("shifts", tuple), Attr("dims", (tuple, type(None)), None)], meta=_roll_meta,
-             save="none", grad=lambda ctx, g: (call(ROLL, g, shifts=tuple(-s for s in ctx.attrs["shifts"]),
-                                                     dims=ctx.attrs["dims"]),))
+ROLL = defop("roll", ["input"], [Attr("shifts", tuple, items=int), Attr("dims", (tuple, type(None)), None, items=int)],
+             meta=_roll_meta, dtypes=ANY, save="none",
+             grad=lambda ctx, g: (call(ROLL, g, shifts=tuple(-s for s in ctx.attrs["shifts"]),
+                                       dims=ctx.attrs["dims"]),))
 
 
 @kernel(ROLL)
@@ -348,9 +350,9 @@ def _tri_meta(name):
     return rule
 
 
-TRIL = defop("tril", ["input"], [Attr("diagonal", int, 0)], meta=_tri_meta("tril"), save="none",
+TRIL = defop("tril", ["input"], [Attr("diagonal", int, 0)], meta=_tri_meta("tril"), dtypes=ANY, save="none",
              grad=lambda ctx, g: (call(TRIL, g, diagonal=ctx.attrs["diagonal"]),))
-TRIU = defop("triu", ["input"], [Attr("diagonal", int, 0)], meta=_tri_meta("triu"), save="none",
+TRIU = defop("triu", ["input"], [Attr("diagonal", int, 0)], meta=_tri_meta("triu"), dtypes=ANY, save="none",
              grad=lambda ctx, g: (call(TRIU, g, diagonal=ctx.attrs["diagonal"]),))
 
 
@@ -428,14 +430,12 @@ def meshgrid(*tensors, indexing: str = "ij"):
 
 # -- one_hot ---------------------------------------------------------------------------------------------
 def _one_hot_meta(x, num_classes):
-    if x.dtype.category != 1:
-        raise OpTypeError("one_hot", f"'input' must be an integer tensor of class indices, got {x.dtype}")
     if num_classes < 0:
         raise OpError("one_hot", f"num_classes must be non-negative, got {num_classes}")
     return M.TensorMeta(tuple(x.shape) + (num_classes,), D.int64, x.device)
 
 
-ONE_HOT = defop("one_hot", ["input"], [Attr("num_classes", int)], meta=_one_hot_meta, save="none")
+ONE_HOT = defop("one_hot", ["input"], [Attr("num_classes", int)], meta=_one_hot_meta, dtypes=INDEX64, save="none")
 
 
 @kernel(ONE_HOT)
@@ -455,8 +455,8 @@ def _one_hot_kernel(xp):
 def one_hot(tensor, num_classes: int = -1):
     """One-hot int64 encoding in a new last dim; ``num_classes=-1`` uses ``max + 1``."""
     M.check_same_device("one_hot", tensor)
-    if tensor.dtype.category != 1:
-        raise OpTypeError("one_hot", f"'tensor' must be an integer tensor of class indices, got {tensor.dtype}")
+    if not INDEX64.accepts(tensor.dtype):  # as PyTorch: class indices are int64 (LongTensor)
+        raise OpTypeError("one_hot", f"'tensor' must be {INDEX64.text}, got {tensor.dtype}")
     if num_classes == -1:
         if tensor.numel() == 0:
             raise OpError("one_hot", "cannot infer the number of classes from an empty tensor; pass num_classes")
@@ -467,33 +467,75 @@ def one_hot(tensor, num_classes: int = -1):
 # -- opcheck samples ------------------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _cat_samples():
     yield SampleInput(([S.uniform((2, 3), seed=1), S.uniform((4, 3), seed=2)],), {"dim": 0})
     yield SampleInput(([S.uniform((2, 3, 1), seed=3), S.uniform((2, 3, 2), seed=4), S.uniform((2, 3, 0))],),
                       {"dim": -1})
+    a, b = S.uniform((2, 3), seed=1), S.uniform((4, 3), seed=2)
+    yield ErrorInput(([a, b],), {"dim": 1}, OpError, "sizes of tensors must match except in dim 1")
+    yield ErrorInput(([a, S.uniform((2, 3, 1))],), {"dim": 0}, OpError, "same number of dims")
+    yield ErrorInput(([a, S.ints((4, 3))],), {"dim": 0}, OpTypeError, "same dtype")
+    yield ErrorInput(([a, b],), {"dim": 2}, OpIndexError, "out of range")
+    yield ErrorInput(([S.uniform(()), S.uniform(())],), {"dim": 0}, OpError, "zero-dimensional")
+    yield ErrorInput(([],), {"dim": 0}, OpError, "")
 
 
 def _stack_samples():
     yield SampleInput(([S.uniform((2, 3), seed=1), S.uniform((2, 3), seed=2)],), {"dim": 0})
     yield SampleInput(([S.uniform((2, 3), seed=3), S.uniform((2, 3), seed=4), S.uniform((2, 3), seed=5)],),
                       {"dim": -1})
+    yield SampleInput(([S.uniform((), seed=3)],), {"dim": 0})
+    a = S.uniform((2, 3), seed=1)
+    yield ErrorInput(([a, S.uniform((3, 2))],), {"dim": 0}, OpError, "same shape")
+    yield ErrorInput(([a, S.ints((2, 3))],), {"dim": 0}, OpTypeError, "same dtype")
+    yield ErrorInput(([a, a],), {"dim": 3}, OpIndexError, "out of range")
+    yield ErrorInput(([],), {"dim": 0}, OpError, "")
+
+
+def _flip_samples():
+    yield SampleInput((S.uniform((2, 3, 4), seed=1),), {"dims": (0, 2)})
+    yield SampleInput((S.uniform((5,), seed=2),), {"dims": (-1,)})
+    yield from S.dim_errors(S.uniform((2, 3, 4), seed=1), name="dims")
+
+
+def _roll_samples():
+    x = S.uniform((3, 4), seed=1)
+    yield SampleInput((x,), {"shifts": (1, -3), "dims": (0, 1)})
+    yield SampleInput((S.uniform((3, 4), seed=2),), {"shifts": (5,), "dims": None})
+    yield ErrorInput((x,), {"shifts": (1, 2), "dims": None}, OpError, "must be a single int")
+    yield ErrorInput((x,), {"shifts": (1, 2), "dims": (0,)}, OpError, "must have the same length")
+    yield ErrorInput((x,), {"shifts": (1,), "dims": (2,)}, OpIndexError, "out of range")
+
+
+def _tri_samples(diagonals):
+    def samples():
+        yield SampleInput((S.uniform((4, 5), seed=1),), {"diagonal": diagonals[0]})
+        yield SampleInput((S.uniform((2, 3, 4), seed=2),), {"diagonal": diagonals[1]})
+        yield SampleInput((S.bools((3, 3), seed=3),), {"diagonal": 0})
+        yield ErrorInput((S.uniform((5,), seed=1),), {"diagonal": 0}, OpError, "at least 2-d")
+
+    return samples
+
+
+def _one_hot_samples():
+    yield SampleInput((S.ints((2, 3), 0, 4, seed=1),), {"num_classes": 5})
+    yield SampleInput((S.ints((4,), 0, 3, seed=2),), {"num_classes": 3})
+    yield SampleInput((S.ints((0,), 0, 3, seed=2),), {"num_classes": 0})
+    yield ErrorInput((S.ints((4,), 0, 3),), {"num_classes": -2}, OpError, "num_classes must be non-negative")
+    yield ErrorInput((S.ints((4,), 0, 3),), {"num_classes": 2}, OpIndexError, "out of range", values=True)
+    yield ErrorInput((S.ints((4,), -1, 0),), {"num_classes": 2}, OpIndexError, "out of range", values=True)
 
 
 set_samples(CAT, _cat_samples)
 set_samples(STACK, _stack_samples)
-set_samples(FLIP, lambda: [SampleInput((S.uniform((2, 3, 4), seed=1),), {"dims": (0, 2)}),
-                           SampleInput((S.uniform((5,), seed=2),), {"dims": (-1,)})])
-set_samples(ROLL, lambda: [SampleInput((S.uniform((3, 4), seed=1),), {"shifts": (1, -3), "dims": (0, 1)}),
-                           SampleInput((S.uniform((3, 4), seed=2),), {"shifts": (5,), "dims": None})])
-set_samples(TRIL, lambda: [SampleInput((S.uniform((4, 5), seed=1),), {"diagonal": 0}),
-                           SampleInput((S.uniform((2, 3, 4), seed=2),), {"diagonal": -1})])
-set_samples(TRIU, lambda: [SampleInput((S.uniform((4, 5), seed=1),), {"diagonal": 1}),
-                           SampleInput((S.uniform((2, 3, 4), seed=2),), {"diagonal": 0})])
-set_samples(ONE_HOT, lambda: [SampleInput((S.ints((2, 3), 0, 4, seed=1),), {"num_classes": 5}),
-                              SampleInput((S.ints((4,), 0, 3, seed=2),), {"num_classes": 3})])
+set_samples(FLIP, _flip_samples)
+set_samples(ROLL, _roll_samples)
+set_samples(TRIL, _tri_samples((0, -1)))
+set_samples(TRIU, _tri_samples((1, 0)))
+set_samples(ONE_HOT, _one_hot_samples)
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "row_stack", "column_stack",
            "atleast_1d", "atleast_2d", "atleast_3d", "repeat", "tile", "repeat_interleave", "flip", "fliplr",

@@ -17,7 +17,7 @@ from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops.reduction import check_tensor, return_type
 from flow.ops.reduction_minmax import _index_dim_meta, scatter_selected
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, INDEX64, NUMERIC, Attr
 
 SortResult = return_type("sort", "SortResult", __name__)
 TopkResult = return_type("topk", "TopkResult", __name__)
@@ -87,10 +87,11 @@ def _topk_meta(x, k=1, dim=-1, largest=True, sorted=True):  # noqa: A002
     return M.TensorMeta(tuple(shape), x.dtype, x.device), M.TensorMeta(tuple(shape), D.int64, x.device)
 
 
+# As PyTorch: sort and mode take bools, the selections by rank do not.
 SORT = defop("sort", ["input"], [Attr("dim", int, -1), Attr("descending", bool, False), Attr("stable", bool, False)],
-             ("values", "indices"), meta=_sort_meta, grad=_selected_grad, save="outputs")
+             ("values", "indices"), meta=_sort_meta, dtypes=ANY, grad=_selected_grad, save="outputs")
 TOPK = defop("topk", ["input"], [Attr("k", int), Attr("dim", int, -1), Attr("largest", bool, True),
-                                 Attr("sorted", bool, True)], ("values", "indices"), meta=_topk_meta,
+                                 Attr("sorted", bool, True)], ("values", "indices"), meta=_topk_meta, dtypes=NUMERIC,
              grad=_selected_grad, save="outputs")
 
 
@@ -155,12 +156,12 @@ def _kth_meta(x, k=1, dim=-1, keepdim=False):
 
 _DIM_KEEP = [Attr("dim", int, -1), Attr("keepdim", bool, False)]
 KTHVALUE = defop("kthvalue", ["input"], [Attr("k", int)] + _DIM_KEEP, ("values", "indices"), meta=_kth_meta,
-                 grad=_selected_grad, save="outputs")
+                 dtypes=NUMERIC, grad=_selected_grad, save="outputs")
 MEDIAN = defop("median", ["input"], _DIM_KEEP, ("values", "indices"), meta=_index_dim_meta("median"),
-               grad=_selected_grad, save="outputs")
+               dtypes=NUMERIC, grad=_selected_grad, save="outputs")
 NANMEDIAN = defop("nanmedian", ["input"], _DIM_KEEP, ("values", "indices"), meta=_index_dim_meta("nanmedian"),
-                  grad=_selected_grad, save="outputs")
-MODE = defop("mode", ["input"], _DIM_KEEP, ("values", "indices"), meta=_index_dim_meta("mode"),
+                  dtypes=NUMERIC, grad=_selected_grad, save="outputs")
+MODE = defop("mode", ["input"], _DIM_KEEP, ("values", "indices"), meta=_index_dim_meta("mode"), dtypes=ANY,
              grad=_selected_grad, save="outputs")
 
 
@@ -349,16 +350,15 @@ def _searchsorted_meta(seq, values, sorter=None, out_int32=False, right=False):
     if seq.dtype != values.dtype:
         raise OpTypeError("searchsorted", f"'sorted_sequence' and 'input' must have the same dtype, got {seq.dtype} "
                                           f"and {values.dtype}")
-    if sorter is not None:
-        if sorter.dtype is not D.int64 or tuple(sorter.shape) != s:
-            raise OpError("searchsorted", f"'sorter' must be an int64 tensor of shape {s}, got {sorter.dtype} "
-                                          f"{tuple(sorter.shape)}")
+    if sorter is not None and tuple(sorter.shape) != s:
+        raise OpError("searchsorted", f"'sorter' must have the shape {s} of 'sorted_sequence', got "
+                                      f"{tuple(sorter.shape)}")
     return M.TensorMeta(v, D.int32 if out_int32 else D.int64, values.device)
 
 
 SEARCHSORTED = defop("searchsorted", ["sorted_sequence", "input", "sorter?"],
                      [Attr("out_int32", bool, False), Attr("right", bool, False)], meta=_searchsorted_meta,
-                     save="none")
+                     dtypes={"sorted_sequence": NUMERIC, "input": NUMERIC, "sorter": INDEX64}, save="none")
 
 
 @kernel(SEARCHSORTED)
@@ -366,6 +366,9 @@ def _searchsorted_kernel(xp):
     def run(seq, values, sorter=None, out_int32=False, right=False):
         side = "right" if right else "left"
         if sorter is not None:
+            from flow.ops.indexing import check_range
+
+            check_range("searchsorted", sorter, seq.shape[-1], seq.ndim - 1)
             seq = xp.take_along_axis(seq, sorter, axis=-1)
         dt = xp.int32 if out_int32 else xp.int64
         if seq.ndim == 1:
@@ -412,7 +415,7 @@ def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False
 # -- opcheck samples ---------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 
 def _sort_samples():
@@ -425,6 +428,9 @@ def _sort_samples():
     yield SampleInput((ties,), {"dim": 0, "descending": False, "stable": True})
     nan = S.t(np.array([[1.0, np.nan, -2.0, 0.5], [np.nan, 3.0, np.nan, 3.0]]))
     yield SampleInput((nan,), {"dim": 1, "descending": True, "stable": True}, grad=False)
+    yield SampleInput((S.bools((3, 4)),), {"dim": 1, "descending": False, "stable": True})
+    yield SampleInput((S.uniform((3, 0)),), {"dim": 1, "descending": False, "stable": True})
+    yield from S.dim_errors(x, {"descending": False, "stable": False}, tuple_dims=False)
 
 
 def _topk_samples():
@@ -433,6 +439,10 @@ def _topk_samples():
     yield SampleInput((x,), {"k": 3, "dim": -1, "largest": False, "sorted": True})
     yield SampleInput((x,), {"k": 0, "dim": 0, "largest": True, "sorted": False})
     yield SampleInput((S.ints((4, 6), 0, 3, seed=35),), {"k": 4, "dim": 1, "largest": True, "sorted": True})
+    at = {"dim": 1, "largest": True, "sorted": True}
+    yield ErrorInput((x,), {**at, "k": 6}, OpIndexError, "'k'=6 is out of range for dim 1 of size 5")
+    yield ErrorInput((x,), {**at, "k": -1}, OpIndexError, "'k'=-1 is out of range")
+    yield from S.dim_errors(x, {**at, "k": 1}, tuple_dims=False)
 
 
 def _kth_samples():
@@ -441,6 +451,10 @@ def _kth_samples():
     yield SampleInput((x,), {"k": 4, "dim": -1, "keepdim": True})
     yield SampleInput((S.uniform((), seed=37),), {"k": 1, "dim": 0, "keepdim": False})
     yield SampleInput((S.ints((4, 6), 0, 3, seed=38),), {"k": 3, "dim": 1, "keepdim": False})
+    yield ErrorInput((x,), {"k": 0, "dim": 1, "keepdim": False}, OpIndexError, "'k'=0 is out of range")
+    yield ErrorInput((x,), {"k": 6, "dim": 1, "keepdim": False}, OpIndexError, "'k'=6 is out of range")
+    yield ErrorInput((S.uniform((3, 0)),), {"k": 1, "dim": 1, "keepdim": False}, OpIndexError, "size 0")
+    yield from S.dim_errors(x, {"k": 1, "keepdim": False}, tuple_dims=False)
 
 
 def _median_samples():
@@ -451,6 +465,8 @@ def _median_samples():
     yield SampleInput((S.ints((4, 6), 0, 3, seed=41),), {"dim": 0, "keepdim": False})
     nan = S.t(np.array([[1.0, np.nan, -2.0, 0.5, 0.25], [0.5, 3.0, 2.0, -3.0, np.nan], [1.0, 2.0, 3.0, 4.0, 5.0]]))
     yield SampleInput((nan,), {"dim": 1, "keepdim": False}, grad=False)
+    yield ErrorInput((S.uniform((3, 0)),), {"dim": 1, "keepdim": False}, OpIndexError, "size 0")
+    yield from S.dim_errors(x, {"keepdim": False}, tuple_dims=False)
 
 
 def _mode_samples():
@@ -459,6 +475,9 @@ def _mode_samples():
     yield SampleInput((S.ints((5, 3), 0, 2, seed=44),), {"dim": 0, "keepdim": True})
     rep = S.t(np.array([[1.5, 0.5, 1.5, -1.0, 0.5], [2.0, 2.0, 2.0, -1.0, -1.0]]))
     yield SampleInput((rep,), {"dim": 1, "keepdim": False}, grad=False)
+    yield SampleInput((S.bools((4, 5)),), {"dim": 1, "keepdim": False}, grad=False)
+    yield ErrorInput((S.uniform((0, 3)),), {"dim": 0, "keepdim": True}, OpIndexError, "size 0")
+    yield from S.dim_errors(rep, {"keepdim": False}, tuple_dims=False)
 
 
 def _searchsorted_samples():
@@ -471,6 +490,13 @@ def _searchsorted_samples():
     unsorted = S.t(np.array([0.5, -1.0, 2.0, 0.0]))
     sorter = S.t(np.array([1, 3, 0, 2]), dtype=D.int64)
     yield SampleInput((unsorted, S.t(np.array([0.25, -3.0, 2.0])), sorter), {"out_int32": False, "right": True})
+    yield SampleInput((S.ints((5,), 0, 9), S.ints((2, 3), 0, 9), None), {"out_int32": False, "right": False})
+    at = {"out_int32": False, "right": False}
+    yield ErrorInput((S.uniform(()), vals, None), at, OpError, "at least one dim")
+    yield ErrorInput((seq2, S.uniform((3, 3, 4)), None), at, OpError, "the same leading dims (2, 3)")
+    yield ErrorInput((seq, S.ints((2, 3)), None), at, OpTypeError, "must have the same dtype")
+    yield ErrorInput((unsorted, vals, sorter[:3]), at, OpError, "'sorter' must have the shape (4,)")
+    yield ErrorInput((unsorted, vals, sorter + 1), at, OpIndexError, "out of range", values=True)
 
 
 set_samples(SORT, _sort_samples)

@@ -24,7 +24,7 @@ from flow.ops._grad_util import sum_to_shape
 from flow.ops.indexing import add_at, check_range
 from flow.ops.movement import as_view
 from flow.ops.views import BASIC_INDEX, BASIC_INDEX_PUT, FULL, _np_index, index_shape
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, INTEGER, Attr
 
 
 def adv_shape(op: str, shape, indices, dims) -> tuple:
@@ -35,6 +35,8 @@ def adv_shape(op: str, shape, indices, dims) -> tuple:
     for k, (t, d) in enumerate(zip(indices, dims)):
         if t.dtype.category != 1:
             raise OpTypeError(op, f"index {k} must be an integer tensor, got {t.dtype}")
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise OpTypeError(op, f"dims {dims} must hold ints")
         if not 0 <= d < len(shape) or (k and d <= dims[k - 1]):
             raise OpError(op, f"dims {dims} must be increasing dims of a {len(shape)}-d tensor")
     b = M.broadcast_shapes(op, *[tuple(t.shape) for t in indices])
@@ -63,8 +65,8 @@ def _index_grad(ctx, g):
     return call(INDEX_PUT, z, g, list(indices), dims=ctx.attrs["dims"], accumulate=True), [None] * len(indices)
 
 
-INDEX = defop("index", ["input", "*indices"], [Attr("dims", tuple)], meta=_index_meta, grad=_index_grad,
-              save="inputs")
+INDEX = defop("index", ["input", "*indices"], [Attr("dims", tuple, items=int)], meta=_index_meta, grad=_index_grad,
+              dtypes={"input": ANY, "indices": INTEGER}, save="inputs")
 
 
 @kernel(INDEX)
@@ -102,8 +104,9 @@ def _index_put_grad(ctx, g):
     return gx, gv, [None] * len(indices)
 
 
-INDEX_PUT = defop("index_put", ["input", "values", "*indices"], [Attr("dims", tuple), Attr("accumulate", bool, False)],
-                  meta=_index_put_meta, grad=_index_put_grad, save="inputs")
+INDEX_PUT = defop("index_put", ["input", "values", "*indices"],
+                  [Attr("dims", tuple, items=int), Attr("accumulate", bool, False)], meta=_index_put_meta,
+                  grad=_index_put_grad, dtypes={"input": ANY, "values": ANY, "indices": INTEGER}, save="inputs")
 
 
 @kernel(INDEX_PUT)
@@ -352,7 +355,18 @@ def index_put(input, indices, values, accumulate: bool = False):
 # -- opcheck samples -----------------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
+
+
+def _adv_index_errors(args, x, extra):
+    """Error inputs of ``index``/``index_put``: ``args`` are the tensors before the indices."""
+    i = S.ints((2,), 0, 3, seed=5)
+    yield ErrorInput((*args, [i, i]), {"dims": (0,), **extra}, OpError, "one index per dim")
+    yield ErrorInput((*args, [i, i]), {"dims": (2, 1), **extra}, OpError, "must be increasing dims")
+    yield ErrorInput((*args, [i]), {"dims": (3,), **extra}, OpError, "must be increasing dims")
+    yield ErrorInput((*args, [i, S.ints((3,), 0, 3)]), {"dims": (0, 1), **extra}, OpError, "cannot be broadcast")
+    yield ErrorInput((*args, [i + 4]), {"dims": (0,), **extra}, OpIndexError, "out of range", values=True)
+    yield ErrorInput((*args, [i - 9]), {"dims": (0,), **extra}, OpIndexError, "out of range", values=True)
 
 
 def _index_samples():
@@ -360,6 +374,8 @@ def _index_samples():
     yield SampleInput((x, [S.ints((6,), -4, 4, seed=2)]), {"dims": (0,)})
     yield SampleInput((x, [S.ints((2, 3), 0, 5, seed=3), S.ints((3,), -3, 3, seed=4)]), {"dims": (1, 2)})
     yield SampleInput((x, [S.ints((2,), 0, 4, seed=5), S.ints((2,), 0, 3, seed=6)]), {"dims": (0, 2)})
+    yield SampleInput((x, [S.ints((2,), 0, 4, seed=5, dtype=D.int32)]), {"dims": (1,)})
+    yield from _adv_index_errors((x,), x, {})
 
 
 def _index_put_samples():
@@ -369,6 +385,12 @@ def _index_put_samples():
                       {"dims": (1, 2), "accumulate": False})
     yield SampleInput((x, S.uniform((6, 5), seed=4), [S.ints((6,), 0, 4, seed=5), S.ints((6,), 0, 3, seed=6)]),
                       {"dims": (0, 2), "accumulate": True})
+    yield from _adv_index_errors((x, S.uniform((), seed=2)), x, {"accumulate": False})
+    i = S.ints((2,), 0, 3, seed=5)
+    yield ErrorInput((x, S.ints((5, 3)), [i]), {"dims": (0,), "accumulate": False}, OpTypeError,
+                     "'values' must have the dtype")
+    yield ErrorInput((x, S.uniform((3, 5, 3)), [i]), {"dims": (0,), "accumulate": True}, OpError,
+                     "cannot be broadcast")
 
 
 set_samples(INDEX, _index_samples)

@@ -8,9 +8,9 @@ from flow import _dtype as D
 from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
-from flow.ops._define import defop, generic, kernel
+from flow.ops._define import ANY_TENSOR, defop, generic, kernel, promote_float
 from flow.ops._grad_util import sum_to_shape
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, FLOAT, FLOAT_PROMOTE, NUMERIC, Attr, dtypes
 
 Tensor = None  # bound lazily below
 
@@ -27,15 +27,13 @@ def _t():
 def _unary(handle, x, name: str):
     if not isinstance(x, _t()):
         raise OpTypeError(name, f"'input' must be a Tensor, got {type(x).__name__}")
-    if x.dtype.category != 2:
-        from flow.ops.conversion import to_dtype
-
-        x = to_dtype(x, D._default_dtype)
+    if not x.dtype.is_floating_point:
+        x = promote_float(handle, x)  # as the schema says: these ops promote integer and bool input
     return call(handle, x)
 
 
 def _def_unary(name: str, np_name: str | None, grad, save: str, doc: str):
-    h = defop(name, ["input"], meta=M.same_float(name), grad=grad, save=save, elementwise=True)
+    h = defop(name, ["input"], meta=M.same, dtypes=FLOAT_PROMOTE, grad=grad, save=save, elementwise=True)
     if np_name is not None:
         generic(h, lambda xp, n=np_name: getattr(xp, n))
 
@@ -221,7 +219,6 @@ TANH, tanh = _def_unary("tanh", "tanh", _g_tanh, "outputs", "Hyperbolic tangent.
 SIGMOID, sigmoid = _def_unary("sigmoid", None, _g_sigmoid, "outputs", "Logistic sigmoid 1 / (1 + e**-x).")
 ERF, erf = _def_unary("erf", None, _g_erf, "inputs", "The error function.")
 RECIPROCAL, reciprocal = _def_unary("reciprocal", "reciprocal", _g_reciprocal, "outputs", "1 / x.")
-SQUARE_OP, _square_float = _def_unary("square", "square", _g_square, "inputs", "x * x.")
 generic(RSQRT, _rsqrt_kernel)
 generic(SIGMOID, _sigmoid_kernel)
 generic(ERF, _erf_kernel)
@@ -231,20 +228,15 @@ arcsin, arccos, arctan = asin, acos, atan
 
 # -- dtype-preserving unary ops (ints allowed) ----------------------------------
 def _def_unary_keep(name, np_name, grad, save, doc, allow_bool=False):
-    def rule(x, **attrs):
-        if x.dtype is D.bool and not allow_bool:
-            raise OpTypeError(name, "'input' must not be a bool tensor")
-        return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
-
-    h = defop(name, ["input"], meta=rule, grad=grad, save=save, elementwise=True)
+    h = defop(name, ["input"], meta=M.same, dtypes=ANY if allow_bool else NUMERIC, grad=grad, save=save,
+              elementwise=True,
+              no_error_samples=ANY_TENSOR if allow_bool else "")
     if np_name is not None:
         generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input):
         if not isinstance(input, _t()):
             raise OpTypeError(name, f"'input' must be a Tensor, got {type(input).__name__}")
-        if input.dtype is D.bool and not allow_bool:  # checked here: elementwise ops run no meta rule first
-            raise OpTypeError(name, "'input' must not be a bool tensor")
         return call(h, input)
 
     fn.__name__ = name
@@ -274,13 +266,28 @@ def round(input, *, decimals: int = 0):  # noqa: A001
     return _round(input * s) / s
 
 
+def _square_meta(x):
+    # as PyTorch: squaring bools gives int64
+    return M.TensorMeta(tuple(x.shape), D.int64 if x.dtype is D.bool else x.dtype, x.device)
+
+
+SQUARE_OP = defop("square", ["input"], meta=_square_meta, dtypes=ANY, grad=_g_square, save="inputs",
+                  elementwise=True, no_error_samples=ANY_TENSOR)
+
+
+@kernel(SQUARE_OP)
+def _square_kernel(xp):
+    def run(x):
+        return xp.square(x.astype(xp.int64) if x.dtype == xp.bool_ else x)
+
+    return run
+
+
 def square(input):
-    """``input * input`` (keeps integer dtypes)."""
-    if isinstance(input, _t()) and input.dtype.category != 2:
-        if input.dtype is D.bool:
-            input = input.to(D.int64)  # as PyTorch: squaring bools gives int64
-        return input * input
-    return _square_float(input)
+    """``input * input`` (keeps integer dtypes; bools give int64)."""
+    if not isinstance(input, _t()):
+        raise OpTypeError("square", f"'input' must be a Tensor, got {type(input).__name__}")
+    return call(SQUARE_OP, input)
 
 
 def positive(input):
@@ -289,7 +296,6 @@ def positive(input):
 
 # -- activations with attributes --------------------------------------------------
 def _gelu_meta(x, approximate="none"):
-    M.check_float("gelu", x)
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
@@ -319,10 +325,10 @@ def _gelu_backward_grad(ctx, gg):
 
 
 GELU = defop("gelu", ["input"], [Attr("approximate", str, "none", ("none", "tanh"))], meta=_gelu_meta,
-             grad=_gelu_grad, save="inputs", elementwise=True)
+             dtypes=FLOAT, grad=_gelu_grad, save="inputs", elementwise=True)
 GELU_BACKWARD = defop("gelu_backward", ["grad_output", "input"],
                       [Attr("approximate", str, "none", ("none", "tanh"))], meta=M.elementwise("gelu_backward"),
-                      grad=_gelu_backward_grad, save="inputs", elementwise=True)
+                      dtypes=FLOAT, grad=_gelu_backward_grad, save="inputs", elementwise=True)
 
 
 @kernel(GELU)
@@ -370,12 +376,11 @@ def silu(input):
 
 
 def _softplus_meta(x, beta=1.0, threshold=20.0):
-    M.check_float("softplus", x)
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
 SOFTPLUS = defop("softplus", ["input"], [Attr("beta", float, 1.0), Attr("threshold", float, 20.0)],
-                 meta=_softplus_meta, save="inputs", elementwise=True,
+                 meta=_softplus_meta, dtypes=FLOAT, save="inputs", elementwise=True,
                  grad=lambda ctx, g: (g * where(ctx.inputs[0] * ctx.attrs["beta"] > ctx.attrs["threshold"], 1.0,
                                                 sigmoid(ctx.inputs[0] * ctx.attrs["beta"])),))
 
@@ -414,7 +419,7 @@ def _clamp_grad(ctx, g):
 
 
 CLAMP = defop("clamp", ["input"], [Attr("min", (float, int), None), Attr("max", (float, int), None)],
-              meta=_clamp_meta, grad=_clamp_grad, save="inputs", elementwise=True)
+              meta=_clamp_meta, dtypes=ANY, grad=_clamp_grad, save="inputs", elementwise=True)
 
 
 @kernel(CLAMP)
@@ -442,10 +447,12 @@ def clamp(input, min=None, max=None):
     if not input.dtype.is_floating_point:
         min = None if min is None else int(min) if float(min).is_integer() else min
         max = None if max is None else int(max) if float(max).is_integer() else max
-        if isinstance(min, float) or isinstance(max, float):
-            from flow.ops.conversion import to_dtype
+        from flow.ops.conversion import to_dtype
 
+        if isinstance(min, float) or isinstance(max, float):
             input = to_dtype(input, D._default_dtype)
+        elif input.dtype is D.bool:  # bool and int bounds promote to int64, as PyTorch
+            input = to_dtype(input, D.int64)
     return call(CLAMP, input, min=min, max=max)
 
 
@@ -474,8 +481,6 @@ def minimum(a, b):
 
 # -- where -------------------------------------------------------------------------
 def _where_meta(cond, x, y):
-    if cond.dtype is not D.bool:
-        raise OpTypeError("where", f"'condition' must be a bool tensor, got {cond.dtype}")
     xs = [t for t in (x, y) if M.is_tensor_like(t)]
     dev = M.check_same_device("where", cond, *xs)
     if len(xs) == 2 and x.dtype != y.dtype:
@@ -495,8 +500,10 @@ def _where_grad(ctx, g):
     return None, gx, gy
 
 
+# uint8 conditions are taken as PyTorch takes them (nonzero is true)
+_CONDITION = dtypes(names=["bool", "uint8"], text="a bool (or uint8) tensor")
 WHERE = defop("where", ["condition", "input", "other"], meta=_where_meta, grad=_where_grad, save="inputs",
-              eager_meta=False)
+              dtypes={"condition": _CONDITION, "input": ANY, "other": ANY})
 generic(WHERE, lambda xp: xp.where)
 
 
@@ -509,8 +516,8 @@ def where(condition, input=None, other=None):
         return nonzero(condition, as_tuple=True)
     if not isinstance(condition, T):
         raise OpTypeError("where", f"'condition' must be a Tensor, got {type(condition).__name__}")
-    if condition.dtype is not D.bool:
-        raise OpTypeError("where", f"'condition' must be a bool tensor, got {condition.dtype}")
+    if not _CONDITION.accepts(condition.dtype):
+        raise OpTypeError("where", f"'condition' must be {_CONDITION.text}, got {condition.dtype}")
     if isinstance(input, T) and isinstance(other, T):
         dt = D.promote_types(input.dtype, other.dtype)
         if input.ndim == 0 and other.ndim != 0 and input.dtype.category <= other.dtype.category:
@@ -563,9 +570,10 @@ def nan_to_num(input, nan: float = 0.0, posinf: float | None = None, neginf: flo
 
 
 # -- opcheck samples ---------------------------------------------------------------------
+from flow.errors import OpError as _OpError  # noqa: E402
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
 
 for _h in (EXP, EXPM1, SIN, COS, TANH, SIGMOID, ERF, ATAN, SINH, COSH, NEG, SQUARE_OP):
     set_samples(_h, S.unary())
@@ -599,11 +607,18 @@ def _clamp_samples():
     yield SampleInput((x,), {"min": -0.5, "max": 0.7})
     yield SampleInput((x,), {"min": -0.5, "max": None})
     yield SampleInput((x,), {"min": None, "max": 0.7})
+    yield SampleInput((S.ints((3, 4), -3, 3),), {"min": -1, "max": 1})
+    yield ErrorInput((x,), {"min": None, "max": None}, _OpError, "at least one of 'min' and 'max'")
 
 
 def _where_samples():
     yield SampleInput((S.bools((3, 4)), S.uniform((3, 4), seed=1), S.uniform((3, 4), seed=2)))
     yield SampleInput((S.bools((3, 1), seed=3), S.uniform((1, 4), seed=4), S.uniform((3, 4), seed=5)))
+    yield SampleInput((S.ints((3, 4), 0, 2, seed=6, dtype=D.uint8), S.uniform((3, 4), seed=1), S.uniform((), seed=2)))
+    yield ErrorInput((S.bools((3, 4)), S.uniform((2, 4), seed=1), S.uniform((3, 4), seed=2)), {}, _OpError,
+                     "cannot be broadcast")
+    yield ErrorInput((S.bools((3, 4)), S.uniform((3, 4), seed=1), S.ints((3, 4))), {}, OpTypeError,
+                     "must have the same dtype")
 
 
 set_samples(GELU, _gelu_samples)

@@ -21,7 +21,7 @@ from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops._grad_util import sum_to_shape
 from flow.ops.movement import as_view, permute, reshape
-from flow.registry.ops import Attr
+from flow.registry.ops import ANY, Attr
 
 FULL = (0, None, 1)  # the slice ``:`` in index-spec form
 
@@ -44,6 +44,8 @@ def index_shape(op: str, shape, index) -> tuple:
             raise OpIndexError(op, f"too many indices for a tensor of dimension {len(shape)}")
         n = shape[d]
         if isinstance(it, tuple):
+            if len(it) != 3 or any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in it):
+                raise OpTypeError(op, f"a slice in the index spec must be (start, stop, step) of ints, got {it!r}")
             start, stop, step = it
             if step is None or step <= 0:
                 raise OpError(op, f"slice step must be positive, got {step} (dim {d})")
@@ -68,7 +70,7 @@ def _basic_index_grad(ctx, g):
     return (call(BASIC_INDEX_PUT, z, g, index=ctx.attrs["index"]),)
 
 
-BASIC_INDEX = defop("basic_index", ["input"], [Attr("index", tuple)], meta=_basic_index_meta,
+BASIC_INDEX = defop("basic_index", ["input"], [Attr("index", tuple)], meta=_basic_index_meta, dtypes=ANY,
                     grad=_basic_index_grad, save="none")
 
 
@@ -105,7 +107,7 @@ def _basic_put_grad(ctx, g):
 
 
 BASIC_INDEX_PUT = defop("basic_index_put", ["input", "values"], [Attr("index", tuple)], meta=_basic_put_meta,
-                        grad=_basic_put_grad, save="none")
+                        dtypes=ANY, grad=_basic_put_grad, save="none")
 
 
 @kernel(BASIC_INDEX_PUT)
@@ -170,7 +172,7 @@ def _split_meta(x, sizes, dim):
         raise OpError("split", "cannot split a 0-d tensor")
     d = M.wrap_dim("split", dim, nd)
     n = x.shape[d]
-    if any(s < 0 for s in sizes) or sum(sizes) != n:
+    if not sizes or any(s < 0 for s in sizes) or sum(sizes) != n:
         raise OpError("split", f"split sizes {list(sizes)} must be non-negative and sum to the size {n} of dim {d}")
     s = tuple(x.shape)
     return tuple(M.TensorMeta(s[:d] + (k,) + s[d + 1:], x.dtype, x.device) for k in sizes)
@@ -182,8 +184,8 @@ def _split_grad(ctx, *gs):
     return (cat(list(gs), ctx.attrs["dim"]),)
 
 
-SPLIT = defop("split", ["input"], [Attr("sizes", tuple), Attr("dim", int, 0)], outputs=("*outs",),
-              meta=_split_meta, grad=_split_grad, save="none")
+SPLIT = defop("split", ["input"], [Attr("sizes", tuple, items=int), Attr("dim", int, 0)], outputs=("*outs",),
+              meta=_split_meta, dtypes=ANY, grad=_split_grad, save="none")
 
 
 @kernel(SPLIT)
@@ -268,7 +270,7 @@ def _unbind_grad(ctx, *gs):
     return (stack(list(gs), ctx.attrs["dim"]),)
 
 
-UNBIND = defop("unbind", ["input"], [Attr("dim", int, 0)], outputs=("*outs",), meta=_unbind_meta,
+UNBIND = defop("unbind", ["input"], [Attr("dim", int, 0)], outputs=("*outs",), meta=_unbind_meta, dtypes=ANY,
                grad=_unbind_grad, save="none")
 
 
@@ -358,7 +360,8 @@ def _diagonal_grad(ctx, g):
 
 
 _DIAG_ATTRS = [Attr("offset", int, 0), Attr("dim1", int, 0), Attr("dim2", int, 1)]
-DIAGONAL = defop("diagonal", ["input"], _DIAG_ATTRS, meta=_diagonal_meta, grad=_diagonal_grad, save="none")
+DIAGONAL = defop("diagonal", ["input"], _DIAG_ATTRS, meta=_diagonal_meta, dtypes=ANY, grad=_diagonal_grad,
+                 save="none")
 
 
 def _diag_view(xp, x, offset, dim1, dim2):
@@ -381,6 +384,8 @@ def _diagonal_kernel(xp):
 
 
 def _diag_bw_meta(g, shape, offset=0, dim1=0, dim2=1):
+    if any(s < 0 for s in shape):
+        raise OpError("diagonal_backward", f"'shape' must hold non-negative sizes, got {tuple(shape)}")
     want = _diag_dims("diagonal_backward", tuple(shape), offset, dim1, dim2)[3]
     if tuple(g.shape) != want:
         raise OpError("diagonal_backward", f"'grad' must have shape {want} for an output of shape {tuple(shape)}, "
@@ -393,8 +398,8 @@ def _diag_bw_grad(ctx, gg):
     return (call(DIAGONAL, gg, offset=a["offset"], dim1=a["dim1"], dim2=a["dim2"]),)
 
 
-DIAGONAL_BACKWARD = defop("diagonal_backward", ["grad"], [Attr("shape", tuple)] + _DIAG_ATTRS, meta=_diag_bw_meta,
-                          grad=_diag_bw_grad, save="none")
+DIAGONAL_BACKWARD = defop("diagonal_backward", ["grad"], [Attr("shape", tuple, items=int)] + _DIAG_ATTRS,
+                          meta=_diag_bw_meta, dtypes=ANY, grad=_diag_bw_grad, save="none")
 
 
 @kernel(DIAGONAL_BACKWARD)
@@ -446,7 +451,16 @@ def diagflat(input, offset: int = 0):
 # -- opcheck samples ---------------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import SampleInput  # noqa: E402
+from flow.testing import ErrorInput, SampleInput  # noqa: E402
+
+
+def _index_spec_errors(args, x_shape):
+    yield ErrorInput(args, {"index": (x_shape[0],)}, OpIndexError, f"index {x_shape[0]} is out of range for dim 0")
+    yield ErrorInput(args, {"index": (-1,)}, OpIndexError, "is out of range for dim 0")
+    yield ErrorInput(args, {"index": (0,) * (len(x_shape) + 1)}, OpIndexError, "too many indices")
+    yield ErrorInput(args, {"index": ((0, 2, 0),)}, OpError, "slice step must be positive")
+    yield ErrorInput(args, {"index": ((0, 2),)}, OpTypeError, "must be (start, stop, step)")
+    yield ErrorInput(args, {"index": ("0",)}, OpTypeError, "invalid entry '0'")
 
 
 def _bi_samples():
@@ -455,6 +469,8 @@ def _bi_samples():
     yield SampleInput((x,), {"index": ((1, 4, 2), None, 2)})
     yield SampleInput((x,), {"index": (FULL, (0, 5, 3), FULL, None)})
     yield SampleInput((S.uniform((6,), seed=2),), {"index": (3,)})
+    yield SampleInput((x,), {"index": ((3, 1, 1),)})
+    yield from _index_spec_errors((x,), (4, 5, 3))
 
 
 def _bput_samples():
@@ -462,6 +478,28 @@ def _bput_samples():
     yield SampleInput((x, S.uniform((5, 3), seed=2)), {"index": (1,)})
     yield SampleInput((x, S.uniform((1, 3, 3), seed=3)), {"index": ((1, 4, 2), None, (0, 5, 2))})
     yield SampleInput((x, S.uniform((), seed=4)), {"index": (FULL, 2)})
+    yield from _index_spec_errors((x, S.uniform((), seed=4)), (4, 5, 3))
+    yield ErrorInput((x, S.uniform((4, 3), seed=2)), {"index": (1,)}, OpError, "cannot be broadcast")
+    yield ErrorInput((x, S.uniform((1, 5, 3), seed=2)), {"index": (1,)}, OpError, "cannot be broadcast")
+    yield ErrorInput((x, S.ints((5, 3))), {"index": (1,)}, OpTypeError, "must have the input's dtype")
+
+
+def _split_samples():
+    x = S.uniform((5, 3), seed=1)
+    yield SampleInput((x,), {"sizes": (2, 0, 3), "dim": 0})
+    yield SampleInput((S.uniform((2, 7), seed=2),), {"sizes": (4, 3), "dim": -1})
+    yield ErrorInput((x,), {"sizes": (2, 2), "dim": 0}, OpError, "must be non-negative and sum to the size 5")
+    yield ErrorInput((x,), {"sizes": (6, -1), "dim": 0}, OpError, "must be non-negative and sum")
+    yield ErrorInput((x,), {"sizes": (), "dim": 0}, OpError, "must be non-negative and sum")
+    yield ErrorInput((x,), {"sizes": (5,), "dim": 2}, OpIndexError, "out of range")
+    yield ErrorInput((S.uniform((), seed=3),), {"sizes": (1,), "dim": 0}, OpError, "cannot split a 0-d tensor")
+
+
+def _unbind_samples():
+    yield SampleInput((S.uniform((3, 4), seed=1),), {"dim": 0})
+    yield SampleInput((S.uniform((2, 3, 2), seed=2),), {"dim": 1})
+    yield from S.dim_errors(S.uniform((3, 4), seed=1), tuple_dims=False)
+    yield ErrorInput((S.uniform((), seed=3),), {"dim": 0}, OpError, "cannot unbind a 0-d tensor")
 
 
 def _diag_samples():
@@ -469,19 +507,25 @@ def _diag_samples():
     yield SampleInput((S.uniform((4, 5), seed=2),), {"offset": 2, "dim1": 0, "dim2": 1})
     yield SampleInput((S.uniform((3, 4, 5), seed=3),), {"offset": -1, "dim1": 2, "dim2": 0})
     yield SampleInput((S.uniform((3, 3), seed=4),), {"offset": 5, "dim1": 0, "dim2": 1})
+    x = S.uniform((4, 5), seed=1)
+    yield ErrorInput((S.uniform((4,), seed=1),), {"offset": 0, "dim1": 0, "dim2": 1}, OpError, "at least 2 dims")
+    yield ErrorInput((x,), {"offset": 0, "dim1": 1, "dim2": 1}, OpError, "dim1 and dim2 must differ")
+    yield ErrorInput((x,), {"offset": 0, "dim1": 0, "dim2": 2}, OpIndexError, "'dim2'=2 is out of range")
 
 
 def _diag_bw_samples():
     yield SampleInput((S.uniform((4,), seed=1),), {"shape": (4, 5), "offset": 0, "dim1": 0, "dim2": 1})
     yield SampleInput((S.uniform((4, 3), seed=2),), {"shape": (3, 4, 5), "offset": -1, "dim1": 2, "dim2": 0})
+    g = S.uniform((4,), seed=1)
+    yield ErrorInput((g,), {"shape": (3, 5), "offset": 0, "dim1": 0, "dim2": 1}, OpError, "'grad' must have shape")
+    yield ErrorInput((g,), {"shape": (4, -5), "offset": 0, "dim1": 0, "dim2": 1}, OpError, "non-negative sizes")
+    yield ErrorInput((g,), {"shape": (4,), "offset": 0, "dim1": 0, "dim2": 1}, OpError, "at least 2 dims")
 
 
 set_samples(BASIC_INDEX, _bi_samples)
 set_samples(BASIC_INDEX_PUT, _bput_samples)
-set_samples(SPLIT, lambda: [SampleInput((S.uniform((5, 3), seed=1),), {"sizes": (2, 0, 3), "dim": 0}),
-                            SampleInput((S.uniform((2, 7), seed=2),), {"sizes": (4, 3), "dim": -1})])
-set_samples(UNBIND, lambda: [SampleInput((S.uniform((3, 4), seed=1),), {"dim": 0}),
-                             SampleInput((S.uniform((2, 3, 2), seed=2),), {"dim": 1})])
+set_samples(SPLIT, _split_samples)
+set_samples(UNBIND, _unbind_samples)
 set_samples(DIAGONAL, _diag_samples)
 set_samples(DIAGONAL_BACKWARD, _diag_bw_samples)
 

@@ -169,6 +169,10 @@ class Registry:
         dev = self._device_types.get(device_type)
         if dev is None:
             raise _missing_device(device_type)
+        guard = op.dtype_guard(dtype)  # a dtype the schema rejects resolves to the schema's error
+        if guard is not None:
+            op._kcache[key] = guard
+            return guard
         entries = self.kernel_entries(op, device_type, dtype)
         if entries:
             e = entries[0]

@@ -5,5 +5,6 @@ reference kernels.
 """
 
 from flow.testing.checks import OpCheckError, SampleInput, assert_close, gradcheck, gradgradcheck, opcheck
+from flow.testing.error_inputs import ErrorInput
 
-__all__ = ["SampleInput", "gradcheck", "gradgradcheck", "opcheck", "assert_close", "OpCheckError"]
+__all__ = ["SampleInput", "ErrorInput", "gradcheck", "gradgradcheck", "opcheck", "assert_close", "OpCheckError"]

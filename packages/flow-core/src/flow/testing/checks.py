@@ -5,9 +5,11 @@ registration) and checks, on every registered device type:
 
 1. the meta rule's shapes and dtypes match what the kernel returns;
 2. the kernel's values match the reference (generic NumPy) kernel;
-3. the gradient matches finite differences (float64, on the CPU).
+3. the gradient matches finite differences (float64, on the CPU);
+4. every bad input (the op's :class:`ErrorInput` samples and those its schema
+   implies, see :mod:`flow.testing.error_inputs`) raises the declared flow error.
 
-On a shape-only device (no data) only 1. is checked, plus a backward pass
+On a shape-only device (no data) only 1. and 4. are checked, plus a backward pass
 whose gradients must have the inputs' shapes, dtypes and device.
 """
 
@@ -247,10 +249,15 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
     dtypes, and backward giving every input a gradient of its shape, dtype and
     device; ops with ``dynamic_shape=True`` are skipped there.
 
+    Error inputs (:class:`~flow.testing.ErrorInput`) among the samples, and those the schema
+    implies, are run on every device and must raise the declared flow error; an op must have
+    some unless it was registered with ``no_error_samples="<why>"``.
+
     Returns a small report: how many samples and devices were checked, what was skipped.
     """
     import flow
     from flow.registry import REGISTRY, get_op
+    from flow.testing import error_inputs as E
 
     op = get_op(op_name)
     if samples is None:
@@ -258,11 +265,20 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
             raise OpCheckError(f"op '{op_name}' (plugin '{op.plugin}') has no samples: pass samples= to "
                                "register_op so opcheck can test it")
         samples = list(op.samples())
-    samples = list(samples)
+    samples, errors = E.split(list(samples))
     if not samples:
-        raise OpCheckError(f"op '{op_name}': its samples function yielded nothing")
+        raise OpCheckError(f"op '{op_name}': its samples function yielded no SampleInput")
+    undeclared = [i.name for i in op.schema.inputs if i.dtypes is None]
+    if undeclared:
+        raise OpCheckError(f"op '{op_name}' (plugin '{op.plugin}'): inputs {undeclared} declare no dtypes; give "
+                           "each input a flow.registry.Dtypes rule (schema(..., dtypes=...))")
+    if not errors and not E.generated(op, samples) and not op.no_error_samples:
+        raise OpCheckError(f"op '{op_name}' (plugin '{op.plugin}') has no error samples: yield "
+                           "flow.testing.ErrorInput(...) from its samples for the inputs it rejects, or register "
+                           "it with no_error_samples='<why it accepts every input>'")
     devs = list(devices) if devices is not None else _device_types()
-    report = {"op": op_name, "samples": len(samples), "devices": devs, "grad_checked": 0, "skipped": []}
+    report = {"op": op_name, "samples": len(samples), "devices": devs, "grad_checked": 0, "skipped": [],
+              "errors_checked": 0, "_samples": samples}
     infos = {}
     for dev in devs:
         info = REGISTRY.device_types.get(dev)
@@ -319,6 +335,8 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
         ):
             _check_op_grad(op_name, s, where=f"op '{op_name}' sample {si}")
             report["grad_checked"] += 1
+    E.check(op, errors, infos, report)
+    del report["_samples"]
     return report
 
 

@@ -192,6 +192,12 @@ def _samples():
                              ("sum", (("t", 2),), (("dim", (1,)), ("keepdim", False)), dt)),
                             (2, 3, 4), reduce=1)
         out.append(SampleInput(([x, b],), {"program": prog}, grad=False, dtypes=(D.as_dtype(dt),)))
+    from flow.errors import OpError
+    from flow.testing import ErrorInput
+
+    out.append(ErrorInput(([x, b],), {"program": "mul"}, OpError, "'program' must be a FusedProgram"))
+    out.append(ErrorInput(([x],), {"program": prog}, OpError, "the program takes 2 inputs, got 1"))
+    out.append(ErrorInput(([x, x],), {"program": prog}, OpError, "input 1 is"))
     return out
 
 
@@ -203,9 +209,11 @@ def flow_tensor(a):
 
 def register_op(registry) -> None:
     from flow.registry import Attr, schema
+    from flow.registry.ops import ANY
 
-    registry.register_op(schema(FUSED_OP, ["*inputs"], [Attr("program", object)], outputs=("*outs",)), _meta, None,
-                         samples=_samples, doc="A group of elementwise ops (and trailing reductions) as one loop.")
+    registry.register_op(schema(FUSED_OP, ["*inputs"], [Attr("program", object)], outputs=("*outs",), dtypes=ANY),
+                         _meta, None, samples=_samples,
+                         doc="A group of elementwise ops (and trailing reductions) as one loop.")
 
 
 def register_kernels(registry) -> None:

@@ -74,8 +74,9 @@ def _avg_pool(op, nd, input, kernel_size, stride, padding, ceil_mode, count_incl
             raise OpTypeError(op, f"'divisor_override' must be an int or None, got {divisor_override!r}")
         if divisor_override == 0:
             raise OpError(op, "'divisor_override' must be non-zero, got 0")
-    if not input.dtype.is_floating_point:
-        raise OpTypeError(op, f"'input' must be a floating-point tensor, got {input.dtype}")
+    rule = P.AVG_POOL2D.opdef.schema.inputs[0].dtypes if P.AVG_POOL2D.opdef else None
+    if rule is not None and not rule.accepts(input.dtype):  # checked here to name this function
+        raise OpTypeError(op, f"'input' must be {rule.text}, got {input.dtype}")
     P.check_pool_params(op, tuple(input.shape[-nd:]), ks, st, pad, dil, bool(ceil_mode))
     x, undo = _batched(input, nd)
     ks, st, pad = _to2d(nd, ks, st, pad)
