@@ -241,8 +241,8 @@ def test_ragged_samples_name_the_field_and_the_shapes(batch, field, shapes):
 
 
 def test_collate_errors_of_keys_lengths_and_types():
-    with pytest.raises(CollateError, match=r"sample 1 lacks \['y'\] compared with sample 0"):
-        default_collate([{"x": 1, "y": 2}, {"x": 3}])
+    with pytest.raises(CollateError, match=r"sample 2 lacks \['y'\] compared with sample 0 \(keys \['x', 'y'\]\)"):
+        default_collate([{"x": 1, "y": 2}, {"x": 3, "y": 4}, {"x": 3}])
     with pytest.raises(CollateError, match="sample 0 has 2 items and sample 1 has 3"):
         default_collate([[1, 2], [1, 2, 3]])
     with pytest.raises(CollateTypeError, match=r"field \[1\] of the samples: sample 0 is a number \(int\) but "

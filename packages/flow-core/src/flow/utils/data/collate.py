@@ -146,30 +146,41 @@ def _numbers(batch, field: str) -> Tensor:
 
 
 def _mapping(batch, field: str):
+    """Field by field, by the keys of the first sample (as PyTorch's; keys only later samples have are not
+    collated); a sample that lacks one, or is no mapping, is diagnosed only once gathering failed."""
     elem = batch[0]
-    keys = list(elem)
-    for k, d in enumerate(batch):
-        if not isinstance(d, Mapping):
-            raise CollateTypeError(f"default_collate: cannot collate {_where(field)}: sample 0 is a "
-                                   f"{type(elem).__name__} but sample {k} is {_type_name(d)}", field, (0, k))
-        if len(d) != len(keys) or any(key not in d for key in keys):
-            missing = [key for key in keys if key not in d]
-            extra = [key for key in d if key not in elem]
-            parts = ([f"lacks {missing}"] if missing else []) + ([f"has extra {extra}"] if extra else [])
-            raise CollateError(f"default_collate: cannot collate {_where(field)}: sample {k} {' and '.join(parts)} "
-                               f"compared with sample 0 (keys {keys})", field, (0, k))
-    out = {key: _collate([d[key] for d in batch], f"{field}[{key!r}]") for key in keys}
+    out = {}
+    for key in elem:
+        try:
+            values = [d[key] for d in batch]
+        except (KeyError, TypeError, IndexError):
+            _diagnose_mapping(batch, field, key)
+            raise
+        out[key] = _collate(values, f"{field}[{key!r}]")
     try:
         return type(elem)(out)
     except TypeError:
         return out
 
 
+def _diagnose_mapping(batch, field: str, key) -> None:
+    elem = batch[0]
+    for k, d in enumerate(batch):
+        if not isinstance(d, Mapping):
+            raise CollateTypeError(f"default_collate: cannot collate {_where(field)}: sample 0 is a "
+                                   f"{type(elem).__name__} but sample {k} is {_type_name(d)}", field, (0, k))
+        if key not in d:
+            missing = [x for x in elem if x not in d]
+            raise CollateError(f"default_collate: cannot collate {_where(field)}: sample {k} lacks {missing} "
+                               f"compared with sample 0 (keys {list(elem)})", field, (0, k))
+
+
 def _sequence(batch, field: str):
     elem = batch[0]
     n = len(elem)
+    elem_type = type(elem)
     for k, s in enumerate(batch):
-        if isinstance(s, (str, bytes)) or not isinstance(s, Sequence):
+        if type(s) is not elem_type and (isinstance(s, (str, bytes)) or not isinstance(s, Sequence)):
             raise CollateTypeError(f"default_collate: cannot collate {_where(field)}: sample 0 is a "
                                    f"{type(elem).__name__} but sample {k} is {_type_name(s)}", field, (0, k))
         if len(s) != n:
