@@ -182,6 +182,8 @@ TABLE = {
                               vary=("target",)),
     "nll_loss": c("nll_loss", lambda m, x, t: nnf(m).nll_loss(x, t), V(S), I((3,), 4)),
     "nll_loss/target": c("nll_loss", lambda m, x, t: nnf(m).nll_loss(x, t), F(S), V((3,)), vary=("target",)),
+    "binary_cross_entropy": c("binary_cross_entropy", lambda m, x, t: nnf(m).binary_cross_entropy(x, t), V(S), V(S),
+                              vary=("input", "target")),
     "ctc_loss": c("ctc_loss", lambda m, lp, t: nnf(m).ctc_loss(lp, t, [5, 5], [2, 2]), V((5, 2, 3)), I((2, 2), 3),
                   vary=("log_probs",)),
 }

@@ -18,13 +18,13 @@ from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
+from flow.registry.ops import FLOAT
 
 LOG_MIN = -100.0  # PyTorch's clamp of log() in binary_cross_entropy
 GRAD_EPS = 1e-12  # PyTorch's floor of x (1 - x) in its backward
 
 
 def _meta(x, t):
-    M.check_float("binary_cross_entropy", x)
     if t.dtype != x.dtype:
         raise OpTypeError("binary_cross_entropy", f"'target' must have the input's dtype {x.dtype}, got {t.dtype}")
     if tuple(t.shape) != tuple(x.shape):
@@ -52,7 +52,7 @@ def _grad(ctx, g):
     return dx, dt
 
 
-BCE = defop("binary_cross_entropy", ["input", "target"], meta=_meta, grad=_grad, save="inputs")
+BCE = defop("binary_cross_entropy", ["input", "target"], meta=_meta, dtypes=FLOAT, grad=_grad, save="inputs")
 
 
 @kernel(BCE)
@@ -74,11 +74,15 @@ def binary_cross_entropy(input, target):
 # -- opcheck samples -------------------------------------------------------------------------------------
 def _samples():
     from flow.ops import _samples as S
-    from flow.testing import SampleInput
+    from flow.testing import ErrorInput, SampleInput
 
     yield SampleInput((S.uniform((3, 4), 0.05, 0.95, 1), S.uniform((3, 4), 0.0, 1.0, 2)))
     yield SampleInput((S.uniform((5,), 0.1, 0.9, 3), S.uniform((5,), 0.0, 1.0, 4)))
     yield SampleInput((S.uniform((), 0.2, 0.8, 5), S.uniform((), 0.0, 1.0, 6)))
+    x = S.uniform((3, 4), 0.05, 0.95, 1)
+    yield ErrorInput((x, S.uniform((4,), 0.0, 1.0, 2)), {}, OpError, "'target' must have the input's shape (3, 4)")
+    yield ErrorInput((x, S.uniform((3, 4), 0.0, 1.0, 2).float()), {}, OpTypeError,
+                     "'target' must have the input's dtype")
 
 
 from flow.ops._define import set_samples  # noqa: E402
