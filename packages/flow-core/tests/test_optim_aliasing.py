@@ -456,3 +456,30 @@ def test_graph_mode_matches_torch_and_follows_param_data_replacement():
         np.testing.assert_allclose(gm.b.detach().numpy(), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
         if k >= 2:
             np.testing.assert_array_equal(fresh, gm.w.detach().numpy())
+
+
+@pytest.mark.parametrize("dtype", [flow.float16, flow.bfloat16])
+def test_graph_mode_low_precision_parameter_and_its_view(dtype):
+    a = np.random.default_rng(14).standard_normal((3, 4)).astype(dtype.np)
+    m = _Net(flow.from_numpy(a), flow.zeros(4, dtype=dtype))
+    v = m.w.view(12)
+    opt = Adam(m.parameters(), lr=0.1)
+
+    class Step(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = m
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            loss = (self.model(x).float() ** 2).mean()
+            loss.backward()
+            return loss
+
+    step, before = Step(), a.copy()
+    for _ in range(2):
+        step(flow.ones(2, 3, dtype=dtype))
+    assert not np.array_equal(a, before)
+    np.testing.assert_array_equal(v.detach().numpy(), a.reshape(12))
+    assert all(s.dtype is flow.float32 for st in opt.state_dict()["state"].values() for k, s in st.items()
+               if k != "step")
