@@ -403,3 +403,25 @@ def test_list_betas_work_in_graph_mode():
     for _ in range(5):
         last = step(x).item()
     assert last < first
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS, ids=lambda c: c.__name__)
+def test_a_bad_gradient_or_parameter_anywhere_stops_the_step_before_any_update(cls):
+    a, b, c = nn.Parameter(flow.ones(3)), nn.Parameter(flow.ones(2)), nn.Parameter(flow.ones(4))
+    opt = cls([{"params": [a, b]}, {"params": [c]}])
+    for p in (a, b, c):
+        p.grad = flow.ones(*p.shape)
+    opt.step()
+    snap, values = snapshot(opt), [p.detach().numpy().copy() for p in (a, b, c)]
+    c.grad = flow.ones(5)  # the last parameter's gradient has the wrong size
+    with pytest.raises(OptimizerError, match=r"param_groups\[1\]\['params'\]\[0\] of shape \(4,\) has a gradient "
+                                             r"of shape \(5,\)"):
+        opt.step()
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    c.grad, c.data = flow.ones(4), flow.from_numpy(ro)
+    with pytest.raises(OptimizerError, match="read-only"):
+        opt.step()
+    assert same(snapshot(opt), snap)
+    for p, v in zip((a, b), values):
+        np.testing.assert_array_equal(p.detach().numpy(), v)

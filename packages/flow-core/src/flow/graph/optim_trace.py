@@ -42,7 +42,8 @@ def sync(opt) -> None:
     parameters' new arrays where they were replaced (``param.data = ...``, ``flow.load``)."""
     opt._revalidate()
     for gi in range(len(opt.param_groups)):
-        opt._buckets(gi)
+        for b in opt._buckets(gi):
+            b.check_writable()
 
 
 def _bucket(opt, gi, bi):

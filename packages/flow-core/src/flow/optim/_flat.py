@@ -41,10 +41,14 @@ def array_module(device):
     return get_device_type(device.type).xp
 
 
+def _read_only(p) -> bool:
+    flags = getattr(p._data, "flags", None)
+    return flags is not None and not getattr(flags, "writeable", True)
+
+
 def check_param_array(opt_name: str, label: str, p) -> None:
     """A parameter's array must be writable: the update writes into it (it is shared with its views)."""
-    flags = getattr(p._data, "flags", None)
-    if flags is not None and not getattr(flags, "writeable", True):
+    if _read_only(p):
         raise OptimizerError(
             f"{opt_name}: {label} (shape {tuple(p.shape)}) is read-only (e.g. flow.from_numpy of a "
             "non-writable array) and the optimizer updates it in place; make it writable or pass a copy"
@@ -77,10 +81,15 @@ class FlatBucket:
         self._take_arrays()
 
     def _take_arrays(self) -> None:
-        for label, p in zip(self.labels, self.params):
-            check_param_array(self.opt_name, label, p)
         self.arrays = [p._data for p in self.params]
         self.conflicts = overlaps(self.arrays)  # parameters sharing memory are updated one after the other
+        self.read_only = [i for i, p in enumerate(self.params) if _read_only(p)]
+
+    def check_writable(self) -> None:
+        """Before a step: every parameter's array can be written (state_dict() etc. work regardless)."""
+        if self.read_only:
+            i = self.read_only[0]
+            check_param_array(self.opt_name, self.labels[i], self.params[i])
 
     # -- layout ------------------------------------------------------------------------
     def in_sync(self) -> bool:

@@ -225,17 +225,21 @@ class Optimizer:
 
             with enable_grad():
                 loss = closure()
+        # every check (options, parameter arrays, gradient sizes) before the first update: an error leaves
+        # all parameters and states as they were
         self._revalidate()
+        runs = []
         for gi, group in enumerate(self.param_groups):
             names = self._state_names(group)
             for b in self._buckets(gi):
-                for i0, i1 in b.runs(names):
-                    self._step_run(group, b, names, i0, i1)
+                b.check_writable()
+                runs.extend((group, b, names, i0, i1, b.grads(i0, i1)) for i0, i1 in b.runs(names))
+        for run in runs:
+            self._step_run(*run)
         return loss
 
-    def _step_run(self, group: dict, b: FlatBucket, names: dict, i0: int, i1: int) -> None:
+    def _step_run(self, group: dict, b: FlatBucket, names: dict, i0: int, i1: int, grads: list) -> None:
         o0, o1 = int(b.offsets[i0]), int(b.offsets[i1])
-        grads = b.grads(i0, i1)
         step = int(b.steps[i0]) + 1
         was = {}
         state = {}
