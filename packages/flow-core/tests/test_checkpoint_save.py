@@ -146,7 +146,7 @@ def test_read_only_directory(tmp_path):
             assert_os_error(ei.value, errno.EACCES, target)
         else:  # root writes anywhere: ask an unprivileged user to save there
             got = run_python(f"""
-                os.setgid(65534); os.setuid(65534)
+                os.setgroups([]); os.setgid(65534); os.setuid(65534)
                 report(lambda: flow.save({{"epoch": 2}}, {target!r}))
             """, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
             assert got["errno"] == errno.EACCES and got["filename"] == target, got
