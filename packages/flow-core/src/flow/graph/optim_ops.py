@@ -33,7 +33,7 @@ import numpy as np
 
 import flow
 from flow import _dtype as D
-from flow.errors import OpError
+from flow.errors import OpError, OpTypeError
 from flow.ops.meta import TensorMeta
 from flow.registry.ops import ANY, BOOL, FLOAT, INTEGER, Attr, schema
 
@@ -244,11 +244,23 @@ def _check_like(op, params, others, what):
     for p, o in zip(params, others):
         if tuple(p.shape) != tuple(o.shape):
             raise OpError(op, f"{what} of shape {tuple(o.shape)} for a parameter of shape {tuple(p.shape)}")
+        # optimizer states of float16/bfloat16 parameters are float32 (the update runs in float32)
+        want = D.float32 if what != "gradient" and p.dtype in (D.float16, D.bfloat16) else p.dtype
+        if o.dtype != want:
+            raise OpTypeError(op, f"{what} of dtype {o.dtype} for a parameter of dtype {p.dtype} (expected {want})")
+
+
+def _check_scalars(op, **named):
+    # the kernels read these as Python numbers
+    for name, t in named.items():
+        if len(t.shape) != 0:
+            raise OpError(op, f"'{name}' must be a 0-d tensor, got shape {tuple(t.shape)}")
 
 
 def _sgd_meta(params, grads, bufs, lr, first_step, **attrs):
     if not params:
         raise OpError("sgd_update", "expected at least one parameter")
+    _check_scalars("sgd_update", lr=lr, first_step=first_step)
     _check_like("sgd_update", params, grads, "gradient")
     if bufs:
         _check_like("sgd_update", params, bufs, "momentum buffer")
@@ -258,6 +270,7 @@ def _sgd_meta(params, grads, bufs, lr, first_step, **attrs):
 def _adam_meta(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, step, **attrs):
     if not params:
         raise OpError("adam_update", "expected at least one parameter")
+    _check_scalars("adam_update", lr=lr, step=step)
     _check_like("adam_update", params, grads, "gradient")
     _check_like("adam_update", params, exp_avgs, "exp_avg")
     _check_like("adam_update", params, exp_avg_sqs, "exp_avg_sq")
@@ -269,9 +282,23 @@ def _adam_meta(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, step, 
 def _generic_meta(params, grads, states, lr, step, present, *, names=(), **attrs):
     if not params:
         raise OpError("optimizer_update", "expected at least one parameter")
+    _check_scalars("optimizer_update", lr=lr, step=step)
     _check_like("optimizer_update", params, grads, "gradient")
     if len(states) != len(names) * len(params):
         raise OpError("optimizer_update", f"expected {len(names)} states per parameter, got {len(states)} in all")
+    for k, name in enumerate(names):
+        _check_like("optimizer_update", params, states[k * len(params):(k + 1) * len(params)], f"state {name!r}")
+    if tuple(present.shape) != (len(names),):
+        raise OpError("optimizer_update", f"'present' must have one flag per state name ({len(names)},), got shape "
+                                          f"{tuple(present.shape)}")
+    try:
+        cls = _optimizer_class(attrs.get("optimizer", ""))[0]
+    except (ImportError, AttributeError, ValueError) as e:
+        raise OpError("optimizer_update", f"'optimizer'={attrs.get('optimizer', '')!r} names no optimizer class "
+                                          f"('module:QualName'): {e}") from None
+    if not hasattr(cls, "_apply"):
+        raise OpError("optimizer_update", f"'optimizer'={attrs.get('optimizer')!r} has no _apply (not a flow "
+                                          "optimizer)")
     return tuple(_m(p) for p in params) + tuple(_m(s) for s in states)
 
 
@@ -307,6 +334,8 @@ def _opt_samples(kind):
             yield ErrorInput((ps, odd, st, lr, flow.tensor(False)), {}, E, "gradient of shape (5,)")
             yield ErrorInput((ps, gs, st[:1], lr, flow.tensor(False)), {}, E, "one momentum buffer per parameter")
             yield ErrorInput(([], [], [], lr, flow.tensor(False)), {}, E, "at least one parameter")
+            yield ErrorInput((ps, gs, st, lr.reshape(1), flow.tensor(False)), {}, E, "'lr' must be a 0-d tensor")
+            yield ErrorInput((ps, [g.float() for g in gs], st, lr, flow.tensor(False)), {}, E, "gradient of dtype")
         elif kind == "adam":
             st2 = [uniform(s, 0.1, 1.0, seed=30 + i) for i, s in enumerate(shapes)]
             yield SampleInput((ps, gs, st, st2, [], lr, flow.tensor(3)), dict(weight_decay=0.01))
@@ -314,6 +343,7 @@ def _opt_samples(kind):
             yield ErrorInput((ps, short, st, st2, [], lr, flow.tensor(3)), {}, E, "expected one gradient")
             yield ErrorInput((ps, gs, odd, st2, [], lr, flow.tensor(3)), {}, E, "exp_avg of shape (5,)")
             yield ErrorInput((ps, gs, st, st2, [], lr, flow.tensor(3)), {"amsgrad": True}, E, "max_exp_avg_sq")
+            yield ErrorInput((ps, gs, st, st2, [], lr, flow.tensor([3])), {}, E, "'step' must be a 0-d tensor")
         else:
             hyper = (("alpha", 0.99), ("centered", False), ("eps", 1e-8), ("foreach", None), ("maximize", False),
                      ("momentum", 0.0), ("weight_decay", 0.0), ("capturable", False), ("differentiable", False))
@@ -322,6 +352,10 @@ def _opt_samples(kind):
             yield ErrorInput((ps, short, st, lr, flow.tensor(2), flow.tensor([True])), at, E, "expected one gradient")
             yield ErrorInput((ps, gs, st[:1], lr, flow.tensor(2), flow.tensor([True])), at, E,
                              "expected 1 states per parameter")
+            yield ErrorInput((ps, gs, st, lr, flow.tensor(2), flow.tensor([True, False])), at, E,
+                             "'present' must have one flag per state name")
+            yield ErrorInput((ps, gs, st, lr, flow.tensor(2), flow.tensor([True])),
+                             {**at, "optimizer": "flow.optim:NoSuchOptimizer"}, E, "names no optimizer class")
 
     return samples
 

@@ -25,7 +25,8 @@ def defop(name: str, inputs: Sequence[str], attrs: Sequence[Attr] = (), outputs:
     """Declare a core op and return its handle (what the Python function calls).
 
     ``dtypes`` is the dtype rule of every tensor input (or a mapping input name -> rule), see
-    :class:`flow.registry.ops.Dtypes`; it is required, so that every op states what it rejects.
+    :class:`flow.registry.ops.Dtypes`. Every op must give one: opcheck (and so the test suite)
+    fails on an input without a rule.
     """
     OP_SPECS.append(dict(schema=schema(name, inputs, attrs, outputs, dtypes=dtypes), meta=meta, grad=grad,
                          save=save, elementwise=elementwise, samples=samples, **kwargs))

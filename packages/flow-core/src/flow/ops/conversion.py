@@ -62,7 +62,8 @@ CONTIGUOUS = defop("contiguous", ["x"], meta=M.same, dtypes=ANY, grad=lambda ctx
 
 @kernel(CONTIGUOUS)
 def _contig_kernel(xp):
-    return xp.ascontiguousarray
+    # ascontiguousarray alone makes a 0-d array 1-d
+    return lambda x: xp.ascontiguousarray(x).reshape(x.shape)
 
 
 def contiguous(x) -> "Tensor":  # noqa: F821

@@ -142,6 +142,19 @@ def elementwise(op: str, out_dtype=None):
     return rule
 
 
+def same_shapes(op: str, names=("grad_output", "input")):
+    """Backward ops of elementwise ops: inputs of one shape and dtype (no broadcasting), output like them."""
+    def rule(*xs, **attrs):
+        ts = [x for x in xs if is_tensor_like(x)]
+        for n, t in zip(names[1:], ts[1:]):
+            if tuple(t.shape) != tuple(ts[0].shape) or t.dtype != ts[0].dtype:
+                raise OpError(op, f"'{n}' must have the shape and dtype of '{names[0]}' ({tuple(ts[0].shape)} "
+                                  f"{ts[0].dtype}), got {tuple(t.shape)} {t.dtype}")
+        return TensorMeta(tuple(ts[0].shape), ts[0].dtype, check_same_device(op, *ts))
+
+    return rule
+
+
 def reduction(op: str, out_dtype=None, allow_int: bool = True):
     def rule(x, dim=None, keepdim=False, **attrs):
         if not allow_int and not x.dtype.is_floating_point:

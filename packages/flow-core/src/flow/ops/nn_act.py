@@ -206,8 +206,9 @@ def _silu_backward_grad(ctx, gg):
 
 
 SILU = defop("silu", ["input"], meta=M.same, dtypes=FLOAT, grad=_silu_grad, save="inputs", elementwise=True)
-SILU_BACKWARD = defop("silu_backward", ["grad_output", "input"], meta=M.elementwise("silu_backward"), dtypes=FLOAT,
-                      grad=_silu_backward_grad, save="inputs", elementwise=True)
+# (its meta rule runs eagerly: the native kernel does not broadcast)
+SILU_BACKWARD = defop("silu_backward", ["grad_output", "input"], meta=M.same_shapes("silu_backward"), dtypes=FLOAT,
+                      grad=_silu_backward_grad, save="inputs", elementwise=True, eager_meta=True)
 
 
 def _sigmoid_np(xp, x):
@@ -278,6 +279,7 @@ set_samples(LOG_SOFTMAX_BACKWARD, _sm_bw_samples(True))
 set_samples(SILU, S.unary(-4.0, 4.0))
 set_samples(SILU_BACKWARD, lambda: [SampleInput((S.uniform((3, 4), -1, 1, 1), S.uniform((3, 4), -4, 4, 2))),
                                     SampleInput((S.uniform((5,), -1, 1, 3), S.uniform((5,), -4, 4, 4))),
-                                    *S.broadcast_errors(S.uniform((3, 4), seed=1), S.uniform((2, 4), seed=2))])
+                                    ErrorInput((S.uniform((4,), seed=1), S.uniform((3, 4), seed=2)), {}, OpError,
+                                               "'input' must have the shape and dtype of 'grad_output'")])
 
 __all__ = ["softmax", "log_softmax", "softmin", "silu"]

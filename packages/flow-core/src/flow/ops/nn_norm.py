@@ -47,7 +47,13 @@ def _check_shape(op, x, nshape):
                           f"shape {tuple(x.shape)}")
 
 
+def _check_eps(op, eps):
+    if not eps >= 0:  # NaN too
+        raise OpError(op, f"'eps' must be non-negative, got {eps}")
+
+
 def _ln_meta(x, weight=None, bias=None, normalized_shape=(), eps=1e-5):
+    _check_eps("layer_norm", eps)
     nshape = tuple(normalized_shape)
     _check_shape("layer_norm", x, nshape)
     _check_affine("layer_norm", x, weight, "weight", nshape)
@@ -57,6 +63,7 @@ def _ln_meta(x, weight=None, bias=None, normalized_shape=(), eps=1e-5):
 
 def _lnb_meta(g, x, weight=None, normalized_shape=(), eps=1e-5):
     op = "layer_norm_backward"
+    _check_eps(op, eps)
     nshape = tuple(normalized_shape)
     _check_shape(op, x, nshape)
     _check_affine(op, x, weight, "weight", nshape)
@@ -250,6 +257,7 @@ def _ln_errors(lead, extra_args=()):
                      "must match the trailing dims")
     yield ErrorInput((*lead, x, S.uniform((4,)), *extra_args), at, OpError, "'weight' must have shape (5,)")
     yield ErrorInput((*lead, x, S.uniform((5,)).float(), *extra_args), at, OpTypeError, "'weight' must have the")
+    yield ErrorInput((*lead, x, w, *extra_args), {**at, "eps": -1e-5}, OpError, "'eps' must be non-negative")
 
 
 def _ln_samples():

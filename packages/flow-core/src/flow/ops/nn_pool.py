@@ -296,7 +296,7 @@ def _max_bw_kernel(xp):
         _check_flat("max_pool2d_backward", idx, input_size)
         HW = input_size[0] * input_size[1]
         out = xp.zeros(N * C * HW, dtype=g.dtype)
-        flat = idx.reshape(N * C, -1) + (xp.arange(N * C, dtype=np.int64) * HW)[:, None]
+        flat = idx.reshape(N * C, idx.shape[2] * idx.shape[3]) + (xp.arange(N * C, dtype=np.int64) * HW)[:, None]
         xp.add.at(out, flat.ravel(), g.ravel())
         return out.reshape((N, C) + tuple(input_size))
 
@@ -310,7 +310,7 @@ def _unpool_kernel(xp):
         _check_flat("max_unpool2d", idx, output_size)
         HW = output_size[0] * output_size[1]
         out = xp.zeros(N * C * HW, dtype=x.dtype)
-        flat = idx.reshape(N * C, -1) + (xp.arange(N * C, dtype=np.int64) * HW)[:, None]
+        flat = idx.reshape(N * C, idx.shape[2] * idx.shape[3]) + (xp.arange(N * C, dtype=np.int64) * HW)[:, None]
         out[flat.ravel()] = x.ravel()  # a repeated index keeps the last value, as PyTorch on the CPU
         return out.reshape((N, C) + tuple(output_size))
 
@@ -322,7 +322,7 @@ def _gather_kernel(xp):
     def run(x, idx):
         N, C, H, W = x.shape
         _check_flat("max_pool2d_gather", idx, (H, W))
-        flat = idx.reshape(N * C, -1) + (xp.arange(N * C, dtype=np.int64) * (H * W))[:, None]
+        flat = idx.reshape(N * C, idx.shape[2] * idx.shape[3]) + (xp.arange(N * C, dtype=np.int64) * (H * W))[:, None]
         return xp.ascontiguousarray(x).ravel()[flat.ravel()].reshape(idx.shape)
 
     return run
@@ -481,6 +481,7 @@ def _gather_samples():
         x, idx = _pooled(shape, at, k)
         yield SampleInput((S.uniform(shape, seed=40 + k), idx))
     x, idx = _pooled(*_MAX_CASES[0], 0)
+    yield SampleInput((x[:, :0], idx[:, :0]))
     yield ErrorInput((x[0], idx), {}, OpError, "'input' must be 4-d")
     yield ErrorInput((x, idx[:, :1]), {}, OpError, "'indices' must be 4-d with batch and channels (1, 2)")
     yield ErrorInput((x, idx + 25), {}, OpIndexError, "out of range", values=True)

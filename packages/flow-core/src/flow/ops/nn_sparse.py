@@ -92,6 +92,12 @@ def _bagb_meta(g, idx, offs, psw, max_indices, num_weights=0, mode="mean", paddi
     b = _bag_count(op, idx, offs, include_last_offset)
     if len(g.shape) != 2 or g.shape[0] != b:
         raise OpError(op, f"'grad_output' must have shape ({b}, embedding_dim), got {tuple(g.shape)}")
+    if psw is not None and (mode != "sum" or tuple(psw.shape) != tuple(idx.shape) or psw.dtype != g.dtype):
+        raise OpError(op, f"'per_sample_weights' must be {tuple(idx.shape)} {g.dtype} like 'input' (mode 'sum' only), "
+                          f"got {tuple(psw.shape)} {psw.dtype} with mode={mode!r}")
+    if mode == "max" and tuple(max_indices.shape) != tuple(g.shape):
+        raise OpError(op, f"'max_indices' must have the shape {tuple(g.shape)} of 'grad_output' in mode 'max', "
+                          f"got {tuple(max_indices.shape)}")
     return M.TensorMeta((num_weights, g.shape[1]), g.dtype, M.check_same_device(op, g, idx, offs))
 
 
@@ -249,7 +255,7 @@ def _embb_kernel(xp):
     def run(g, idx, num_weights=0, padding_idx=None, scale_grad_by_freq=False):
         idx1 = idx.reshape(-1).astype(xp.int64, copy=False)
         _check_range(xp, "embedding_backward", idx1, num_weights)
-        rows = g.reshape(-1, g.shape[-1])
+        rows = g.reshape(idx1.size, g.shape[-1])  # (-1 cannot be inferred when embedding_dim is 0)
         if scale_grad_by_freq and idx1.size:
             cnt = xp.bincount(idx1, minlength=num_weights)
             rows = rows / cnt[idx1][:, None].astype(rows.dtype)
@@ -414,6 +420,7 @@ def _embb_samples():
     yield SampleInput((S.uniform((2, 3, 3), seed=2), S.t(idx)), {"num_weights": 6})
     yield SampleInput((S.uniform((2, 3, 3), seed=3), S.t(idx)), {"num_weights": 6, "padding_idx": 2})
     yield SampleInput((S.uniform((2, 3, 3), seed=4), S.t(idx)), {"num_weights": 7, "scale_grad_by_freq": True})
+    yield SampleInput((S.uniform((2, 3, 0), seed=4), S.t(idx)), {"num_weights": 6})
     g = S.uniform((2, 3, 3), seed=2)
     yield ErrorInput((g[0], S.t(idx)), {"num_weights": 6}, OpError, "'grad_output' must have shape (2, 3)")
     yield ErrorInput((g, S.t(idx)), {"num_weights": -1}, OpError, "'num_weights' must be non-negative")
@@ -472,6 +479,8 @@ def _bagb_samples():
     yield ErrorInput((g, idx, offs, None, maxi), {**at, "num_weights": -7}, OpError, "'num_weights' must be")
     yield ErrorInput((g, idx, offs, None, maxi), {**at, "padding_idx": 7}, OpIndexError, "'padding_idx' must be")
     yield ErrorInput((g, idx, offs, None, maxi), {**at, "num_weights": 3}, OpIndexError, "out of range", values=True)
+    yield ErrorInput((g, idx, offs, None, maxi), {**at, "mode": "max"}, OpError, "'max_indices' must have the shape")
+    yield ErrorInput((g, idx, offs, S.uniform((7,)), maxi), at, OpError, "'per_sample_weights' must be (8,)")
 
 
 set_samples(EMBEDDING, _emb_samples)

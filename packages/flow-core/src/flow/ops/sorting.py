@@ -240,7 +240,8 @@ def _mode_kernel(xp):
         v, i = xp.moveaxis(v, -1, dim), xp.moveaxis(i, -1, dim)
         if not keepdim:
             v, i = xp.squeeze(v, dim), xp.squeeze(i, dim)
-        return xp.ascontiguousarray(v), xp.ascontiguousarray(i)
+        # (ascontiguousarray would make a 0-d result 1-d)
+        return xp.ascontiguousarray(v).reshape(v.shape), xp.ascontiguousarray(i).reshape(i.shape)
 
     return run
 

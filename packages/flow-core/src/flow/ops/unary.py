@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 
 from flow import _dtype as D
@@ -327,7 +328,7 @@ def _gelu_backward_grad(ctx, gg):
 GELU = defop("gelu", ["input"], [Attr("approximate", str, "none", ("none", "tanh"))], meta=_gelu_meta,
              dtypes=FLOAT, grad=_gelu_grad, save="inputs", elementwise=True)
 GELU_BACKWARD = defop("gelu_backward", ["grad_output", "input"],
-                      [Attr("approximate", str, "none", ("none", "tanh"))], meta=M.elementwise("gelu_backward"),
+                      [Attr("approximate", str, "none", ("none", "tanh"))], meta=M.same_shapes("gelu_backward"),
                       dtypes=FLOAT, grad=_gelu_backward_grad, save="inputs", elementwise=True)
 
 
@@ -403,6 +404,10 @@ def softplus(input, beta: float = 1.0, threshold: float = 20.0):
 def _clamp_meta(x, min=None, max=None):
     if min is None and max is None:
         raise OpError("clamp", "at least one of 'min' and 'max' must be given")
+    if not x.dtype.is_floating_point and (isinstance(min, float) or isinstance(max, float)):
+        # the result would be a float tensor: flow.clamp promotes the input first
+        raise OpTypeError("clamp", f"float bounds need a floating-point input, got {x.dtype} with min={min!r}, "
+                                   f"max={max!r}")
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
@@ -424,7 +429,13 @@ CLAMP = defop("clamp", ["input"], [Attr("min", (float, int), None), Attr("max", 
 
 @kernel(CLAMP)
 def _clamp_kernel(xp):
+    import numpy as np
+
     def run(x, min=None, max=None):
+        if x.dtype.kind in "iub":  # a bound outside the dtype's range clamps like the range's end
+            lo, hi = (0, 1) if x.dtype.kind == "b" else (np.iinfo(x.dtype).min, np.iinfo(x.dtype).max)
+            min = None if min is None else builtins.min(builtins.max(min, lo), hi)
+            max = None if max is None else builtins.min(builtins.max(max, lo), hi)
         if min is not None and max is not None and min > max:
             return xp.full_like(x, max)
         return xp.clip(x, min, max).astype(x.dtype, copy=False)
@@ -595,6 +606,8 @@ def _gelu_samples():
 def _gelu_bw_samples():
     for approx in ("none", "tanh"):
         yield SampleInput((S.uniform((3, 5), -1, 1, 2), S.uniform((3, 5), -3, 3, 1)), {"approximate": approx})
+    yield ErrorInput((S.uniform((5,), seed=2), S.uniform((3, 5), seed=1)), {}, _OpError,
+                     "'input' must have the shape and dtype of 'grad_output'")
 
 
 def _softplus_samples():
@@ -608,7 +621,9 @@ def _clamp_samples():
     yield SampleInput((x,), {"min": -0.5, "max": None})
     yield SampleInput((x,), {"min": None, "max": 0.7})
     yield SampleInput((S.ints((3, 4), -3, 3),), {"min": -1, "max": 1})
+    yield SampleInput((S.ints((3, 4), 0, 9, dtype=D.uint8),), {"min": -1, "max": 300})
     yield ErrorInput((x,), {"min": None, "max": None}, _OpError, "at least one of 'min' and 'max'")
+    yield ErrorInput((S.ints((3, 4)),), {"min": 0.5, "max": None}, OpTypeError, "float bounds need a floating-point")
 
 
 def _where_samples():
