@@ -13,9 +13,9 @@ import threading
 import numpy as np
 
 from flow import _dtype as D
-from flow.autograd.grad_mode import STATE
 from flow._fpstate import FP_ERRORS as _FP_ERRORS
 from flow._fpstate import quiet_fp
+from flow.autograd.grad_mode import STATE
 from flow.errors import FlowError, OpError, OpMemoryError, OpTypeError
 from flow.registry.ops import OpDef
 

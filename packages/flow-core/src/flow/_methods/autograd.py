@@ -51,7 +51,7 @@ class AutogradMethods:
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor during backward."""
         if not self._requires_grad:
-            raise RuntimeError("retain_grad() on a tensor that does not require grad")
+            raise AutogradError("retain_grad() on a tensor that does not require grad")
         if self.grad_fn is None:
             return
         ext = self._extra if self._extra is not None else {}
@@ -79,7 +79,7 @@ class AutogradMethods:
     def register_hook(self, hook):
         """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces it."""
         if not self._requires_grad:
-            raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+            raise AutogradError("cannot register a hook on a tensor that does not require grad")
         if self.grad_fn is not None:
             self.grad_fn.register_hook(self._out_idx, hook)
             hooks = self.grad_fn.out_hooks[self._out_idx]
@@ -92,7 +92,7 @@ class AutogradMethods:
 
     def register_post_accumulate_grad_hook(self, hook):
         if self.grad_fn is not None:
-            raise RuntimeError("post-accumulate-grad hooks can only be registered on leaf tensors")
+            raise AutogradError("post-accumulate-grad hooks can only be registered on leaf tensors")
         ext = self._extra if self._extra is not None else {}
         self._extra = ext
         hooks = ext.setdefault("post_acc_hooks", [])

@@ -6,6 +6,7 @@ from flow.autograd import engine
 from flow.autograd.engine import run_backward
 from flow.autograd.function import Function, FunctionCtx
 from flow.autograd.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from flow.errors import AutogradError
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad", "set_grad_enabled",
            "is_grad_enabled", "inference_mode"]
@@ -27,7 +28,7 @@ def _seed(t, g):
     """The gradient backward starts from: ones for a one-element output, else the given one."""
     if g is None:
         if t._data.size != 1:
-            raise RuntimeError(
+            raise AutogradError(
                 f"grad can be implicitly created only for scalar outputs; got a tensor of shape {tuple(t.shape)}. "
                 "Pass gradient= with the same shape"
             )
@@ -37,9 +38,9 @@ def _seed(t, g):
 
         g = tensor(g, dtype=t.dtype, device=t.device)
     if tuple(g._data.shape) != tuple(t._data.shape):
-        raise RuntimeError(f"gradient has shape {tuple(g.shape)} but the output has shape {tuple(t.shape)}")
+        raise AutogradError(f"gradient has shape {tuple(g.shape)} but the output has shape {tuple(t.shape)}")
     if g.device is not t.device:
-        raise RuntimeError(f"gradient is on device '{g.device}' but the output is on '{t.device}'")
+        raise AutogradError(f"gradient is on device '{g.device}' but the output is on '{t.device}'")
     if g.dtype is not t.dtype and t.dtype.is_floating_point:
         g = g.to(t.dtype)
     return g
@@ -64,7 +65,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, creat
             inputs = (inputs,)
         inputs = tuple(inputs)
         if not inputs:
-            raise RuntimeError("backward: 'inputs' must not be empty")
+            raise AutogradError("backward: 'inputs' must not be empty")
     run_backward(tensors, seeds, retain_graph, create_graph, inputs=inputs, allow_unused=True, accumulate=True)
 
 

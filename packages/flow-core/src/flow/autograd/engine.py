@@ -19,7 +19,7 @@ from typing import Sequence
 
 from flow.autograd.grad_mode import STATE
 from flow.autograd.node import Node
-from flow.errors import FlowError
+from flow.errors import AutogradError
 
 Tensor = None  # set by flow/__init__
 
@@ -113,7 +113,7 @@ def _fix_grad(g, meta, op_name: str, i: int):
 
             g = sum_to_shape(g, tuple(shape))
         else:
-            raise FlowError(
+            raise AutogradError(
                 f"gradient of '{op_name}' returned shape {gs} for input {i}, expected {tuple(shape)}"
             )
     return g
@@ -213,7 +213,7 @@ def run_backward(
             if not isinstance(t, Tensor):
                 raise TypeError(f"autograd: inputs[{k}] is not a Tensor")
             if not t._requires_grad:
-                raise FlowError(f"autograd: inputs[{k}] does not require grad")
+                raise AutogradError(f"autograd: inputs[{k}] does not require grad")
             result.append(None)
             if t.grad_fn is None:
                 cap_leaf.setdefault(id(t), []).append(k)
@@ -224,7 +224,7 @@ def run_backward(
     buffers: dict = {}
     for k, (t, g) in enumerate(zip(tensors, grad_tensors)):
         if not t._requires_grad:
-            raise FlowError(f"element {k} of tensors does not require grad and does not have a grad_fn")
+            raise AutogradError(f"element {k} of tensors does not require grad and does not have a grad_fn")
         _foreign(given, g)
         if t.grad_fn is None:  # backward on a leaf: its gradient is the seed itself
             if inputs is not None:
@@ -325,7 +325,7 @@ def run_backward(
         return None
     for k, r in enumerate(result):
         if r is None and not allow_unused:
-            raise FlowError(
+            raise AutogradError(
                 f"autograd.grad: inputs[{k}] was not used in the graph; pass allow_unused=True to get None"
             )
     if accumulate:
@@ -374,7 +374,7 @@ def _flatten(n: Node, grads) -> tuple:
         else:
             flat.append(g)
     if len(flat) != len(n.next):
-        raise FlowError(
+        raise AutogradError(
             f"gradient of '{n.op.name}' returned {len(flat)} gradients for {len(n.next)} tensor inputs"
         )
     return tuple(flat)

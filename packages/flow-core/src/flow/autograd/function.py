@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from flow.autograd.grad_mode import STATE, no_grad
 from flow.autograd.node import Node, _freed_error
+from flow.errors import AutogradError
 
 
 class FunctionCtx:
@@ -39,7 +40,7 @@ class FunctionCtx:
             raise _freed_error()
         for ver, v in self._versions:
             if ver[0] != v:
-                raise RuntimeError("a tensor saved with save_for_backward was modified by an in-place operation")
+                raise AutogradError("a tensor saved with save_for_backward was modified by an in-place operation")
         return self._saved
 
     def set_materialize_grads(self, value: bool) -> None:
@@ -78,7 +79,7 @@ class _FunctionOp:
         if len(out) > n_in and all(g is None for g in out[n_in:]):
             out = out[:n_in]
         if len(out) != n_in:
-            raise RuntimeError(f"{self.name}.backward returned {len(out)} gradients, expected {n_in}")
+            raise AutogradError(f"{self.name}.backward returned {len(out)} gradients, expected {n_in}")
         return out
 
 

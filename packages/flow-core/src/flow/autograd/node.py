@@ -8,7 +8,7 @@ change after saving is reported instead of silently giving wrong gradients.
 
 from __future__ import annotations
 
-from flow.errors import FlowError
+from flow.errors import AutogradError
 
 Tensor = None  # set by flow/__init__ (import cycle)
 
@@ -103,7 +103,7 @@ class Node:
     def inputs(self) -> tuple:
         s = self.saved_in
         if s is None:
-            raise FlowError(f"gradient of op '{self.op.name}' used its inputs, but the op saves '{self.op.save}'")
+            raise AutogradError(f"gradient of op '{self.op.name}' used its inputs, but the op saves '{self.op.save}'")
         if s is _FREED:
             raise _freed_error()
         self._check_versions()
@@ -113,7 +113,7 @@ class Node:
     def outputs(self) -> tuple:
         s = self.saved_out
         if s is None:
-            raise FlowError(f"gradient of op '{self.op.name}' used its outputs, but the op saves '{self.op.save}'")
+            raise AutogradError(f"gradient of op '{self.op.name}' used its outputs, but the op saves '{self.op.save}'")
         if s is _FREED:
             raise _freed_error()
         self._check_versions()
@@ -147,7 +147,7 @@ class Node:
     def _check_versions(self) -> None:
         for ver, v in self.versions:
             if ver[0] != v:
-                raise FlowError(
+                raise AutogradError(
                     f"one of the tensors needed for the gradient of '{self.op.name}' has been modified by an "
                     f"in-place operation (version {ver[0]}, expected {v}); use an out-of-place op or .clone()"
                 )
@@ -196,8 +196,8 @@ def _dtype_of(a):
     return NP_TO_DTYPE[a.dtype]
 
 
-def _freed_error() -> FlowError:
-    return FlowError(
+def _freed_error() -> AutogradError:
+    return AutogradError(
         "Trying to backward through the graph a second time (or to use saved tensors after they were freed). "
         "Pass retain_graph=True to the first backward() if you need to backward twice."
     )

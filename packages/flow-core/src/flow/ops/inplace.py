@@ -9,12 +9,12 @@ a copy of them is kept in the node before the write.
 from __future__ import annotations
 
 from flow.autograd.grad_mode import STATE
-from flow.errors import FlowError, OpError
+from flow.errors import AutogradError, OpError
 
 
 def check_inplace_allowed(self, op: str) -> None:
     if STATE.grad_enabled and self._requires_grad and self.grad_fn is None:
-        raise FlowError(
+        raise AutogradError(
             f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
             "wrap it in flow.no_grad() or use the out-of-place op"
         )
@@ -64,7 +64,7 @@ def apply_inplace(self, result, op: str):
         result = result.to(self.dtype)
     node = result.grad_fn if result._requires_grad else None
     if node is not None and self._base is not None and (self._base._requires_grad or self._requires_grad):
-        raise FlowError(
+        raise AutogradError(
             f"{op}: in-place modification of a view that takes part in autograd is not supported; "
             "use the out-of-place op (or .clone() the view first)"
         )

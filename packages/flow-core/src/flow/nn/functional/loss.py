@@ -14,8 +14,8 @@ from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops import nn_loss as _L
-from flow.ops.nn_bce import binary_cross_entropy as _bce
 from flow.ops.nn_act import log_softmax
+from flow.ops.nn_bce import binary_cross_entropy as _bce
 from flow.ops.unary import clamp, exp, log, relu, softplus, where
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
