@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import flow.ops.arith as _A
+import flow.ops.clamp_where as _CW
 import flow.ops.compare as _C
 import flow.ops.unary as _U
 from flow._dispatch import binary
@@ -337,27 +338,27 @@ class ElementwiseMethods:
         return _U.trunc(self)
 
     def clamp(self, min=None, max=None):
-        return _U.clamp(self, min, max)
+        return _CW.clamp(self, min, max)
 
     clip = clamp
 
     def clamp_min(self, min):
-        return _U.clamp(self, min=min)
+        return _CW.clamp(self, min=min)
 
     def clamp_max(self, max):
-        return _U.clamp(self, max=max)
+        return _CW.clamp(self, max=max)
 
     def where(self, condition, other):
-        return _U.where(condition, self, other)
+        return _CW.where(condition, self, other)
 
     def lerp(self, end, weight):
-        return _U.lerp(self, end, weight)
+        return _CW.lerp(self, end, weight)
 
     def logit(self, eps=None):
-        return _U.logit(self, eps)
+        return _CW.logit(self, eps)
 
     def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
-        return _U.nan_to_num(self, nan, posinf, neginf)
+        return _CW.nan_to_num(self, nan, posinf, neginf)
 
     # -- in-place unary ----------------------------------------------------------------
     def exp_(self):
@@ -385,12 +386,12 @@ class ElementwiseMethods:
         return apply_inplace(self, _U.relu(self), "relu_")
 
     def clamp_(self, min=None, max=None):
-        return apply_inplace(self, _U.clamp(self, min, max), "clamp_")
+        return apply_inplace(self, _CW.clamp(self, min, max), "clamp_")
 
     clip_ = clamp_
 
     def clamp_min_(self, min):
-        return apply_inplace(self, _U.clamp(self, min=min), "clamp_min_")
+        return apply_inplace(self, _CW.clamp(self, min=min), "clamp_min_")
 
     def floor_(self):
         return apply_inplace(self, _U.floor(self), "floor_")
@@ -402,7 +403,7 @@ class ElementwiseMethods:
         return apply_inplace(self, _U.reciprocal(self), "reciprocal_")
 
     def lerp_(self, end, weight):
-        return apply_inplace(self, _U.lerp(self, end, weight), "lerp_")
+        return apply_inplace(self, _CW.lerp(self, end, weight), "lerp_")
 
     def addcmul_(self, tensor1, tensor2, *, value=1):
         return inplace_call(self, "addcmul_", lambda x, a, b: x + a * b * value, tensor1, tensor2)

@@ -55,7 +55,8 @@ def _pow_grad(ctx, g):
     if ctx.next[0][0] is not None:
         ga = sum_to_shape(g * b * a ** (b - 1), _shape(ctx, 0))
     if ctx.next[1][0] is not None:
-        from flow.ops.unary import log, where
+        from flow.ops.clamp_where import where
+        from flow.ops.unary import log
 
         safe = where(a > 0, a, 1.0)
         gb = sum_to_shape(g * out * log(safe) * (a > 0), _shape(ctx, 1))
@@ -65,7 +66,7 @@ def _pow_grad(ctx, g):
 def _minmax_grad(pick_a):
     def grad(ctx, g):
         a, b = ctx.inputs
-        from flow.ops.unary import where
+        from flow.ops.clamp_where import where
 
         sel = pick_a(a, b)
         tie = a == b

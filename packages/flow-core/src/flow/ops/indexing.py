@@ -344,7 +344,7 @@ def _check_mask(op, mask):
 
 def masked_fill(input, mask, value):
     """``input`` with ``value`` (a number or 0-d tensor) where ``mask`` (broadcast) is True."""
-    from flow.ops.unary import where
+    from flow.ops.clamp_where import where
 
     _check_mask("masked_fill", mask)
     M.broadcast_shapes("masked_fill", tuple(input.shape), tuple(mask.shape))

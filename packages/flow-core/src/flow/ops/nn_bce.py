@@ -34,13 +34,14 @@ def _meta(x, t):
 
 
 def _clamped_logs(x):
-    from flow.ops.unary import clamp, log, log1p
+    from flow.ops.clamp_where import clamp
+    from flow.ops.unary import log, log1p
 
     return clamp(log(x), min=LOG_MIN), clamp(log1p(-x), min=LOG_MIN)
 
 
 def _grad(ctx, g):
-    from flow.ops.unary import clamp
+    from flow.ops.clamp_where import clamp
 
     x, t = ctx.inputs
     dx = dt = None

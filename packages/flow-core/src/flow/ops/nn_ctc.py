@@ -234,7 +234,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
         targets = flow.tensor(pad, device=dev)
     nll = call(CTC, log_probs, targets, il, tl, blank=int(blank), zero_infinity=bool(zero_infinity))
     if reduction == "mean":
-        from flow.ops.unary import clamp
+        from flow.ops.clamp_where import clamp
 
         return (nll / clamp(tl, min=1).to(nll.dtype)).mean()
     if reduction == "sum":

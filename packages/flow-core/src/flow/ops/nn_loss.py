@@ -16,7 +16,7 @@ from flow.autograd.grad_mode import STATE
 from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
-from flow.ops.unary import where
+from flow.ops.clamp_where import where
 from flow.registry.ops import FLOAT, Attr, dtypes
 
 REDUCTIONS = ("none", "mean", "sum")

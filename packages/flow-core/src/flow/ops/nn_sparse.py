@@ -309,7 +309,7 @@ def _bag_ids(idx, offs, a):
 
 def _psw_grad(g, table, idx, offs, a):
     """d/d per_sample_weights of <g, bag sums>: <g[bag(i)], table[idx(i)]> for indices taking part."""
-    from flow.ops.unary import clamp
+    from flow.ops.clamp_where import clamp
 
     ids = _bag_ids(idx, offs, a)
     rows_g = call(EMBEDDING, g, clamp(ids, min=0))
@@ -329,7 +329,7 @@ def _bag_grad(ctx, g, _gmax):
 
 
 def _bagb_grad(ctx, gg):
-    from flow.ops.unary import clamp
+    from flow.ops.clamp_where import clamp
 
     g, idx, offs, psw, maxi = ctx.inputs
     a = ctx.attrs

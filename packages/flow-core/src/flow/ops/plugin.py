@@ -15,6 +15,7 @@ OP_MODULES = (
     "flow.ops.conversion",
     "flow.ops.arith",
     "flow.ops.unary",
+    "flow.ops.clamp_where",
     "flow.ops.compare",
     "flow.ops.reduction",
     "flow.ops.reduction_minmax",

@@ -127,7 +127,7 @@ def _mean_grad(ctx, g):
 
 
 def _prod_grad(ctx, g):
-    from flow.ops.unary import where
+    from flow.ops.clamp_where import where
 
     (x,) = ctx.inputs
     shape, dims, kd = ctx_dims(ctx, "prod")
@@ -225,8 +225,8 @@ def nansum(input, dim=None, keepdim: bool = False, *, dtype=None):
     """Sum treating NaN as zero."""
     check_tensor("nansum", input)
     if input.dtype.is_floating_point:
+        from flow.ops.clamp_where import where
         from flow.ops.compare import isnan
-        from flow.ops.unary import where
 
         input = where(isnan(input), 0.0, input)
     return sum(input, dim, keepdim, dtype=dtype)

@@ -121,7 +121,7 @@ def scatter_selected(ctx, g, index, op: str):
 
 # -- amax, amin, max, min ----------------------------------------------------------------
 def _amax_grad(ctx, g):
-    from flow.ops.unary import where
+    from flow.ops.clamp_where import where
 
     (x,), (out,) = ctx.inputs, ctx.outputs
     shape, dims, kd = ctx_dims(ctx, ctx.op.name)

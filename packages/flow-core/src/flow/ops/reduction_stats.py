@@ -30,7 +30,7 @@ from flow.registry.ops import ANY, FLOAT, FLOAT_PROMOTE, Attr
 
 
 def _where(c, a, b):
-    from flow.ops.unary import where
+    from flow.ops.clamp_where import where
 
     return where(c, a, b)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
+from flow.ops.clamp_where import clamp, where
 from flow.ops.inplace import inplace_call
 from flow.ops.nn_act import log_softmax, silu, softmax, softmin
-from flow.ops.unary import clamp, expm1, sigmoid, softplus, tanh, where
+from flow.ops.unary import expm1, sigmoid, softplus, tanh
 from flow.ops.unary import relu as _relu
 
 # gelu, sigmoid, tanh and softplus (flow.ops.unary) are exported by the package; relu and silu are redefined

@@ -13,9 +13,9 @@ import numpy as np
 
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
+from flow.ops.clamp_where import where
 from flow.ops.linalg import matmul
 from flow.ops.nn_act import softmax
-from flow.ops.unary import where
 
 __all__ = ["scaled_dot_product_attention"]
 

@@ -14,9 +14,10 @@ from flow._dispatch import call
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops import nn_loss as _L
+from flow.ops.clamp_where import clamp, where
 from flow.ops.nn_act import log_softmax
 from flow.ops.nn_bce import binary_cross_entropy as _bce
-from flow.ops.unary import clamp, exp, log, relu, softplus, where
+from flow.ops.unary import exp, log, relu, softplus
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "kl_div", "margin_ranking_loss", "soft_margin_loss",

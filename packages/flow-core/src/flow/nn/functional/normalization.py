@@ -15,8 +15,9 @@ import numpy as np
 from flow.autograd import no_grad
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
+from flow.ops.clamp_where import clamp, where
 from flow.ops.nn_norm import layer_norm
-from flow.ops.unary import clamp, rsqrt, sqrt, where
+from flow.ops.unary import rsqrt, sqrt
 
 __all__ = ["layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm", "local_response_norm",
            "normalize"]
