@@ -1,6 +1,7 @@
 """Test and lint sessions for every package of the monorepo (run `nox`, or `nox -l` to list them).
 
-- ``lint``: ruff over packages/, examples/, benchmarks/ and this file (settings in ruff.toml);
+- ``lint``: ruff over packages/, examples/, benchmarks/, tools/ and this file (settings in ruff.toml);
+- ``structure``: no source module over 600 lines, no import cycle in any package (tools/structure.py);
 - ``tests(package=...)``: one session per ``packages/*`` with a pyproject: flow-core, then the
   package with its ``test`` extra, then its ``tests/`` with pytest;
 - ``all_plugins``: every package and example plugin installed together, and flow-core's tests and
@@ -44,7 +45,7 @@ PACKAGES = sorted(
 )
 EXAMPLE_PLUGINS = sorted(p for p in (ROOT / "examples").glob("*") if (p / "pyproject.toml").is_file())
 WHEEL_CACHE = ROOT / ".nox" / "_wheels"
-LINT_PATHS = ("packages", "examples", "benchmarks", "noxfile.py")
+LINT_PATHS = ("packages", "examples", "benchmarks", "tools", "noxfile.py")
 RUFF = "ruff==0.17.6"  # pinned so that a new ruff release cannot turn CI red on its own
 
 PYTEST_NO_TESTS_COLLECTED = 5
@@ -125,6 +126,14 @@ def lint(session: nox.Session) -> None:
     """ruff check over the whole repository."""
     session.install(RUFF)
     session.run("ruff", "check", *(p for p in LINT_PATHS if (ROOT / p).exists()))
+
+
+@nox.session
+def structure(session: nox.Session) -> None:
+    """Module sizes and import cycles of every package's source (see tools/structure.py)."""
+    session.install("pytest")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tools"))
+    session.run("python", str(ROOT / "tools" / "structure.py"), "--deferred")
 
 
 @nox.session
