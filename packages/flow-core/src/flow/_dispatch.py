@@ -2,8 +2,9 @@
 
 This is the hot path of every eager op. It calls no hooks and walks no
 registries: the kernel for (op, device type, dtype) is resolved once and kept
-on the op. Eager interceptors (autocast, global tensors) are consulted only
-while one is active.
+on the op. Eager interceptors (autocast, tracing) are consulted only while one
+is active; array kinds (:mod:`flow.array_kinds`: global tensors, symbolic
+arrays) only when an input's array is not a plain NumPy array.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class _ChainState(threading.local):
 
 
 _CHAIN = _ChainState()
+# Array kinds (flow.array_kinds): {array class: handler(op, inputs, attrs)}. Looked up only for an
+# input array that is not an ``np.ndarray``, so plain CPU tensors pay one class test per input.
+_KINDS: dict = {}
 _ACTIVE = [0]
 _ACTIVE_LOCK = threading.Lock()
 _new = object.__new__
@@ -92,6 +96,19 @@ def pop_interceptor(fn) -> None:
 def active_interceptors() -> tuple:
     """This thread's active interceptors, outermost first."""
     return tuple(_CHAIN.chain)
+
+
+def opdef(op) -> OpDef:
+    """The OpDef of an op name, :class:`OpHandle` or OpDef."""
+    cls = op.__class__
+    if cls is OpDef:
+        return op
+    if cls is OpHandle:
+        return op.opdef or op.resolve()
+    if cls is str:
+        h = _handle_for(op)
+        return h.opdef or h.resolve()
+    raise TypeError(f"flow.ops.call: expected an op name, handle or OpDef, got {type(op).__name__}")
 
 
 def call(op, *inputs, **attrs):
@@ -151,35 +168,49 @@ def _handle_for(name: str) -> OpHandle:
 def execute(op, inputs: tuple, attrs: dict):
     """Run ``op`` on its device below all interceptors (interceptors may call this).
 
-    Checks devices, runs the meta rule (once per input signature: a meta rule
-    sees only shapes, dtypes, devices, attributes and non-tensor inputs, so the
-    signatures that passed are remembered on the op), calls the cached kernel,
-    wraps the output and records an autograd node when an input requires grad
-    and grad mode is on.
+    Sends the call to the handler of an input's array kind first, if any (see
+    :mod:`flow.array_kinds`). Checks devices, runs the meta rule (once per input
+    signature: a meta rule sees only shapes, dtypes, devices, attributes and
+    non-tensor inputs, so the signatures that passed are remembered on the op),
+    calls the cached kernel, wraps the output and records an autograd node when
+    an input requires grad and grad mode is on.
     """
     em = op.eager_meta
     n = len(inputs)
     first = inputs[0] if n else None
     if n == 2 and isinstance(first, Tensor) and isinstance(inputs[1], Tensor):  # most ops: two tensors
         b = inputs[1]
+        a0 = first._data
+        a1 = b._data
+        if (a0.__class__ is not _ndarray or a1.__class__ is not _ndarray) and (
+                a0.__class__ in _KINDS or a1.__class__ in _KINDS):
+            r = _to_kinds(op, inputs, attrs)
+            if r is not NotImplemented:
+                return r
         dev = first.device
         if b.device is not dev:
             raise _device_mismatch(op, inputs)
         needs_grad = first._requires_grad or b._requires_grad
-        a0 = first._data
-        a1 = b._data
         arrays = (a0, a1)
         if em:
             sig = (a0.shape, first.dtype, a1.shape, b.dtype, dev._str)
     elif n == 1 and isinstance(first, Tensor):  # ... or one
+        a0 = first._data
+        if a0.__class__ is not _ndarray and a0.__class__ in _KINDS:
+            r = _to_kinds(op, inputs, attrs)
+            if r is not NotImplemented:
+                return r
         dev = first.device
         needs_grad = first._requires_grad
-        a0 = first._data
         arrays = (a0,)
         if em:
             sig = (a0.shape, first.dtype, dev._str)
     else:
-        first, needs_grad, arrays, sig = _gather(op, inputs, em)
+        first, needs_grad, arrays, sig, kinds = _gather(op, inputs, em)
+        if kinds:
+            r = _to_kinds(op, inputs, attrs)
+            if r is not NotImplemented:
+                return r
         dev = first.device
         if em:
             sig.append(dev._str)
@@ -239,21 +270,49 @@ def execute(op, inputs: tuple, attrs: dict):
 _META_CACHE_SIZE = 1024  # input signatures remembered per op
 
 
+def _to_kinds(op, inputs: tuple, attrs: dict):
+    """Offer the call to the handlers of its inputs' array kinds, in the order the inputs come
+    (each kind once); the first that does not return NotImplemented gives the result."""
+    seen = []
+    for x in inputs:
+        if isinstance(x, Tensor):
+            cls = x._data.__class__
+            if cls in _KINDS and cls not in seen:
+                seen.append(cls)
+        elif x.__class__ is list or x.__class__ is tuple:
+            for t in x:
+                if isinstance(t, Tensor):
+                    cls = t._data.__class__
+                    if cls in _KINDS and cls not in seen:
+                        seen.append(cls)
+    for cls in seen:
+        h = _KINDS.get(cls)
+        if h is not None:
+            r = h(op, inputs, attrs)
+            if r is not NotImplemented:
+                return r
+    return NotImplemented
+
+
 def _gather(op, inputs: tuple, em: bool):
-    """The general case of :func:`execute`: any mix of tensors, tensor lists and other values."""
+    """The general case of :func:`execute`: any mix of tensors, tensor lists and other values.
+    The last result says whether an input's array is of a registered array kind."""
     first = None
     needs_grad = False
+    kinds = False
     arrays = []
     sig = [] if em else None
     for x in inputs:
         if isinstance(x, Tensor):
+            a = x._data
+            if a.__class__ is not _ndarray and a.__class__ in _KINDS:
+                kinds = True
             if first is None:
                 first = x
-            elif x.device is not first.device:
+            elif x.device is not first.device and not kinds:
                 raise _device_mismatch(op, inputs)
             if x._requires_grad:
                 needs_grad = True
-            a = x._data
             arrays.append(a)
             if em:
                 sig.append(a.shape)
@@ -264,13 +323,16 @@ def _gather(op, inputs: tuple, em: bool):
                 if not isinstance(t, Tensor):
                     raise OpTypeError(op.name, f"expected a sequence of Tensors, got an element of type "
                                                f"{type(t).__name__}")
+                a = t._data
+                if a.__class__ is not _ndarray and a.__class__ in _KINDS:
+                    kinds = True
                 if first is None:
                     first = t
-                elif t.device is not first.device:
+                elif t.device is not first.device and not kinds:
                     raise _device_mismatch(op, inputs)
                 if t._requires_grad:
                     needs_grad = True
-                seq.append(t._data)
+                seq.append(a)
             arrays.append(seq)
             if em:
                 sig.append(tuple([(t._data.shape, t.dtype) for t in x]))
@@ -281,7 +343,7 @@ def _gather(op, inputs: tuple, em: bool):
                 sig.append(x.__class__)
     if first is None:
         raise OpTypeError(op.name, "expected at least one Tensor input")
-    return first, needs_grad, arrays, sig
+    return first, needs_grad, arrays, sig, kinds
 
 
 def _wrap(a, dev, op=None):
@@ -394,9 +456,10 @@ def _promote_pair(op, a, b, promote_to_float):
                     return _cast(a, dt), _cast(b, dt)
                 return a, b
             # zero-dim tensors take part like scalars unless of a higher category
-            if a._data.ndim == 0 and b._data.ndim != 0 and ad.category <= bd.category:
+            a0d, b0d = not a._data.shape, not b._data.shape  # 0-d (array kinds need not have ndim)
+            if a0d and not b0d and ad.category <= bd.category:
                 dt = bd
-            elif b._data.ndim == 0 and a._data.ndim != 0 and bd.category <= ad.category:
+            elif b0d and not a0d and bd.category <= ad.category:
                 dt = ad
             else:
                 dt = _promote(ad, bd)
@@ -439,11 +502,21 @@ def _scalar(v, dt):
 
 
 def _cast(t, dt):
-    from flow.ops.conversion import to_dtype
+    # by name, through the dispatcher: importing flow.ops here would tie the dispatcher into the
+    # import cycle of the op modules
+    h = _CAST_HANDLE[0]
+    if h is None:
+        h = _CAST_HANDLE[0] = _handle_for("cast")
+    op = h.opdef or h.resolve()
+    if _ACTIVE[0] and _CHAIN.chain:
+        return _intercepted(op, (t,), {"dtype": dt.name})
+    return execute(op, (t,), {"dtype": dt.name})
 
-    return to_dtype(t, dt)
+
+_CAST_HANDLE: list = [None]
 
 
 # ``flow.interceptors`` (the public face of the chain above) is importable as an attribute of
 # ``flow`` once the dispatcher is.
+from flow import array_kinds as _array_kinds  # noqa: E402,F401
 from flow import interceptors as _interceptors  # noqa: E402,F401

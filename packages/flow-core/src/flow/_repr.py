@@ -38,8 +38,24 @@ def _float_formatter(a: np.ndarray):
     return {"float_kind": lambda v: fmt(v).rjust(width)}
 
 
+def _kind_extras(t) -> list | None:
+    """For an array kind's tensor (flow.array_kinds): what printing appends (``repr_extras()``);
+    None for a plain tensor."""
+    from flow._dispatch import _KINDS
+
+    d = t._data
+    if d.__class__ is np.ndarray or d.__class__ not in _KINDS:
+        return None
+    fn = getattr(d, "repr_extras", None)
+    return [str(e) for e in fn()] if fn is not None else []
+
+
 def tensor_repr(t) -> str:
-    a = None if _shape_only(t) else t.numpy_host()
+    kind = _kind_extras(t)
+    if kind is not None and getattr(type(t._data), "__array__", None) is None:
+        a = None  # an array kind without a host value: shape only
+    else:
+        a = None if _shape_only(t) else t.numpy_host()
     prefix = "tensor("
     extras = []
     if a is None:
@@ -62,6 +78,8 @@ def tensor_repr(t) -> str:
         extras.append(f"device='{t.device}'")
     if t.dtype not in (D._default_dtype, D.int64, D.bool) or (t.dtype is D.int64 and a is not None and a.size == 0):
         extras.append(f"dtype={t.dtype!r}")
+    if kind:
+        extras.extend(kind)
     if t.grad_fn is not None:
         extras.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:

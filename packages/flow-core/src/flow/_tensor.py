@@ -11,6 +11,7 @@ import numpy as np
 
 from flow import _dtype as D
 from flow._device import CPU, device
+from flow._dispatch import _KINDS
 from flow._methods.autograd import AutogradMethods
 from flow._methods.conversion import ConversionMethods
 from flow._methods.elementwise import ElementwiseMethods
@@ -76,28 +77,32 @@ class Tensor(
         return t
 
     # -- basic properties --------------------------------------------------------
+    # Shape, dims and element counts come from ``_data.shape`` alone: an array kind
+    # (flow.array_kinds, e.g. a global tensor's logical array) need not be NumPy-like.
     @property
     def shape(self) -> "Size":
         return Size(self._data.shape)
 
     def size(self, dim: int | None = None):
         """The shape (``flow.Size``), or the length of one dim."""
+        shape = self._data.shape
         if dim is None:
-            return Size(self._data.shape)
-        return self._data.shape[_wrap_dim(dim, self._data.ndim, "size")]
+            return Size(shape)
+        return shape[_wrap_dim(dim, len(shape), "size")]
 
     @property
     def ndim(self) -> int:
-        return self._data.ndim
+        return len(self._data.shape)
 
     def dim(self) -> int:
-        return self._data.ndim
+        return len(self._data.shape)
 
     def numel(self) -> int:
-        return int(self._data.size)
+        d = self._data
+        return int(d.size) if d.__class__ is _ndarray else _numel(d.shape)
 
     def nelement(self) -> int:
-        return int(self._data.size)
+        return self.numel()
 
     def element_size(self) -> int:
         return self.dtype.itemsize
@@ -168,12 +173,13 @@ class Tensor(
         return st if dim is None else st[_wrap_dim(dim, self.ndim, "stride")]
 
     def __len__(self) -> int:
-        if self._data.ndim == 0:
+        shape = self._data.shape
+        if not shape:
             raise TypeError("len() of a 0-d tensor")
-        return self._data.shape[0]
+        return shape[0]
 
     def __iter__(self):
-        if self._data.ndim == 0:
+        if not self._data.shape:
             raise TypeError("iteration over a 0-d tensor")
         return iter(self.unbind(0))
 
@@ -181,9 +187,10 @@ class Tensor(
         return id(self)
 
     def __bool__(self) -> bool:
-        if self._data.size != 1:
+        n = self.numel()
+        if n != 1:
             raise RuntimeError(
-                f"Boolean value of a tensor with {self._data.size} elements is ambiguous; use .any() or .all()"
+                f"Boolean value of a tensor with {n} elements is ambiguous; use .any() or .all()"
             )
         return bool(self.item())
 
@@ -194,7 +201,7 @@ class Tensor(
         return int(self.item())
 
     def __index__(self) -> int:
-        if self.dtype.category != 1 or self._data.size != 1:
+        if self.dtype.category != 1 or self.numel() != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
@@ -223,12 +230,15 @@ class Tensor(
     def numpy_host(self) -> np.ndarray:
         from flow.registry import get_device_type
 
+        d = self._data
+        if d.__class__ is not _ndarray and d.__class__ in _KINDS:
+            return _kind_host(d)
         if self.device is CPU:
-            return self._data
+            return d
         return get_device_type(self.device.type).to_host(self._data)
 
     def __format__(self, spec: str) -> str:
-        if self._data.ndim == 0:
+        if not self._data.shape:
             return format(self.item(), spec)
         return object.__format__(self, spec)
 
@@ -250,6 +260,23 @@ class Size(tuple):
     def __getitem__(self, item):
         r = tuple.__getitem__(self, item)
         return Size(r) if isinstance(item, slice) else r
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return int(n)
+
+
+def _kind_host(a) -> np.ndarray:
+    """The host value of an array kind's array (its ``__array__``; see flow.array_kinds)."""
+    if getattr(type(a), "__array__", None) is None:
+        from flow.errors import FlowError
+
+        raise FlowError(f"tensors whose data is a {type(a).__name__} (an array kind) have no host value: "
+                        f"the class defines no __array__()")
+    return np.asarray(a)
 
 
 def _wrap_dim(dim: int, ndim: int, op: str) -> int:

@@ -180,6 +180,25 @@ class Node:
         return f"<{self.name()}>"
 
 
+class GradAround:
+    """An autograd node's op whose gradient runs inside ``enter()`` (a context manager factory).
+
+    Made by :func:`flow.array_kinds.record` (``around=``); everything else is the op's own."""
+
+    __slots__ = ("_op", "_enter")
+
+    def __init__(self, op, enter) -> None:
+        self._op = op
+        self._enter = enter
+
+    def __getattr__(self, name):
+        return getattr(self._op, name)
+
+    def grad(self, ctx, *grads):
+        with self._enter():
+            return self._op.grad(ctx, *grads)
+
+
 def _edge(x, nxt: list, meta: list) -> None:
     meta.append((x._data.shape, x.dtype, x.device))
     if not x._requires_grad:
@@ -191,9 +210,10 @@ def _edge(x, nxt: list, meta: list) -> None:
 
 
 def _dtype_of(a):
-    from flow._dtype import NP_TO_DTYPE
+    from flow._dtype import NP_TO_DTYPE, dtype
 
-    return NP_TO_DTYPE[a.dtype]
+    dt = a.dtype
+    return dt if isinstance(dt, dtype) else NP_TO_DTYPE[dt]  # an array kind may give a flow dtype
 
 
 def _freed_error() -> AutogradError:

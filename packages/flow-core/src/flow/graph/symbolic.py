@@ -7,6 +7,10 @@ mutate tensors) records the new value and re-points the array at it, so later re
 new value and the tracer can turn "this state tensor ends with another value" into an explicit
 state update. Asking for data (``item()``, ``numpy()``, ``bool()``, ``float()``, printing) raises
 :class:`GraphTraceError` naming the op that made the tensor and the line of build that asked.
+
+It is an array kind (:mod:`flow.array_kinds`, registered by :mod:`flow.graph.tracer`): it follows
+the array protocol (``shape``, ``dtype``, ``copy()``, ``a[...] = b``; its ``__array__`` raises), and
+an op on a symbolic tensor that reaches the dispatcher goes to the tracer that made it.
 """
 
 from __future__ import annotations

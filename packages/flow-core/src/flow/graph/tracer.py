@@ -2,8 +2,13 @@
 
 It is an eager interceptor (:mod:`flow.interceptors`): each op call is answered by running the
 op's meta rule and returning flow Tensors whose ``_data`` is a
-:class:`~flow.graph.symbolic.SymbolicArray`; autograd records its nodes as usual, so
-``loss.backward()`` inside build runs the ops' gradient formulas, which are intercepted in turn.
+:class:`~flow.graph.symbolic.SymbolicArray`, recorded for autograd with
+:func:`flow.array_kinds.record`, so ``loss.backward()`` inside build runs the ops' gradient
+formulas, which are intercepted in turn. The tracer stays an interceptor because factory ops
+(no tensor input) and ops on concrete tensors inside build must be recorded too; the symbolic
+array is also an array kind (:mod:`flow.array_kinds`), so an op on a symbolic tensor that reaches
+the dispatcher below the interceptors (called by an interceptor outside the tracer, or through
+``run_op``) still goes to its tracer, and one run outside its trace raises a clear error.
 Parameters, buffers and optimizer states become state inputs bound to their live arrays; tensors
 created while tracing (or captured from outside without being state) become constants; Python
 scalars stay literal inputs of the nodes.
@@ -27,10 +32,10 @@ import numpy as np
 
 import flow
 from flow import _dtype as D
+from flow import array_kinds
 from flow._dispatch import _meta_inputs
 from flow._tensor import Tensor
 from flow.autograd.grad_mode import STATE
-from flow.autograd.node import Node as _AGNode
 from flow.errors import OpTypeError
 from flow.graph.ir import GraphIR, HostSpec, Lit, SourceLoc, StateSpec, Value
 from flow.graph.symbolic import GraphTraceError, SymbolicArray
@@ -132,27 +137,24 @@ def tree_key(tree):
         return repr(tree)
 
 
-class _GradProxy:
-    """Stands in for an autograd node's op while tracing: marks the ops its gradient records as the
-    backward of the forward IR node (their scope and location come from it)."""
+def _symbolic_kind(op, inputs: tuple, attrs: dict):
+    """The array-kind handler of :class:`SymbolicArray`: the call goes to the tracer of its first
+    symbolic input, if that trace is running in this thread."""
+    tracer = None
+    for x in inputs:
+        if x.__class__ is list or x.__class__ is tuple:
+            x = next((t for t in x if isinstance(t, Tensor) and t._data.__class__ is SymbolicArray), None)
+        if isinstance(x, Tensor) and x._data.__class__ is SymbolicArray:
+            tracer = x._data.tracer
+            break
+    if tracer is None or tracer not in _ACTIVE.stack:
+        raise GraphTraceError(f"graph tracing: op '{op.name}' was called on a symbolic tensor outside the trace "
+                              "that made it (after build returned, or in another thread); do not keep tensors "
+                              "from inside build across calls")
+    return tracer(op, inputs, attrs)
 
-    __slots__ = ("_op", "_node", "_tracer")
 
-    def __init__(self, op, node, tracer) -> None:
-        self._op = op
-        self._node = node
-        self._tracer = tracer
-
-    def __getattr__(self, name):
-        return getattr(self._op, name)
-
-    def grad(self, ctx, *grads):
-        bwd = self._tracer._bwd
-        bwd.append(self._node)
-        try:
-            return self._op.grad(ctx, *grads)
-        finally:
-            bwd.pop()
+array_kinds.register_array_kind(SymbolicArray, _symbolic_kind)
 
 
 class Tracer:
@@ -192,7 +194,7 @@ class Tracer:
         v = self.ir.add_state(meta, StateSpec(name, kind, get))
         sym = SymbolicArray(meta.shape, meta.dtype.np, v, self)
         self._array_states.append((sym, v))
-        return Tensor._make(sym, meta.dtype, meta.device)
+        return array_kinds.wrap(sym, meta.device, dtype=meta.dtype)
 
     def host_input(self, name: str, meta, feed) -> Tensor:
         """A value the runtime computes on the host before every step (learning rate, step count)."""
@@ -200,7 +202,17 @@ class Tracer:
         return self.tensor_of(v)
 
     def tensor_of(self, v: Value) -> Tensor:
-        return Tensor._make(SymbolicArray(v.shape, v.dtype.np, v, self), v.dtype, v.device)
+        return array_kinds.wrap(SymbolicArray(v.shape, v.dtype.np, v, self), v.device, dtype=v.dtype)
+
+    @contextmanager
+    def _backward_of(self, node):
+        """While the gradient of IR node ``node`` runs, the ops it records are its backward ops."""
+        bwd = self._bwd
+        bwd.append(node)
+        try:
+            yield
+        finally:
+            bwd.pop()
 
     def value_of(self, x: Tensor) -> Value:
         """The IR value a tensor holds now (a concrete tensor becomes a constant, or a captured state)."""
@@ -313,8 +325,7 @@ class Tracer:
         self.last_node = node
         outs = tuple(self.tensor_of(v) for v in node.outputs)
         if needs_grad and op.grad is not None and STATE.grad_enabled:
-            an = _AGNode.record(op, inputs, attrs, outs)
-            an.op = _GradProxy(op, node, self)
+            array_kinds.record(op, inputs, attrs, outs, around=partial(self._backward_of, node))
         return outs if multi else outs[0]
 
     # -- in-place writes on symbolic arrays ----------------------------------------------
