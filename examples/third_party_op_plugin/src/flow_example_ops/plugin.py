@@ -16,7 +16,7 @@ import flow
 from flow.errors import OpTypeError
 from flow.ops.meta import TensorMeta
 from flow.plugins import hookimpl
-from flow.registry import Attr, schema
+from flow.registry import FLOAT, Attr, schema
 
 OP_NAME = "example_swish"
 
@@ -53,7 +53,7 @@ def swish_cpu(x: np.ndarray, beta: float) -> np.ndarray:
 @hookimpl
 def flow_register_ops(registry) -> None:
     registry.register_op(
-        schema(OP_NAME, ["x"], [Attr("beta", float, 1.0)]),
+        schema(OP_NAME, ["x"], [Attr("beta", float, 1.0)], dtypes=FLOAT),  # floating point only, as torch.sigmoid
         meta=swish_meta,
         grad=swish_grad,
         samples=swish_samples,
