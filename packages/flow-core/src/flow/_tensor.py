@@ -77,8 +77,8 @@ class Tensor(
         return t
 
     # -- basic properties --------------------------------------------------------
-    # Shape, dims and element counts come from ``_data.shape`` alone: an array kind
-    # (flow.array_kinds, e.g. a global tensor's logical array) need not be NumPy-like.
+    # Shape, dims and element counts come from the array (an array kind's logical array, see
+    # flow.array_kinds, answers ``shape``, ``ndim`` and ``size`` for the whole tensor).
     @property
     def shape(self) -> "Size":
         return Size(self._data.shape)
@@ -92,17 +92,16 @@ class Tensor(
 
     @property
     def ndim(self) -> int:
-        return len(self._data.shape)
+        return self._data.ndim
 
     def dim(self) -> int:
-        return len(self._data.shape)
+        return self._data.ndim
 
     def numel(self) -> int:
-        d = self._data
-        return int(d.size) if d.__class__ is _ndarray else _numel(d.shape)
+        return int(self._data.size)
 
     def nelement(self) -> int:
-        return self.numel()
+        return int(self._data.size)
 
     def element_size(self) -> int:
         return self.dtype.itemsize
@@ -260,13 +259,6 @@ class Size(tuple):
     def __getitem__(self, item):
         r = tuple.__getitem__(self, item)
         return Size(r) if isinstance(item, slice) else r
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return int(n)
 
 
 def _kind_host(a) -> np.ndarray:

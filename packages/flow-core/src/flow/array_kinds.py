@@ -22,7 +22,9 @@ runs kernels on plain arrays (:func:`run_kernel`).
 
 The array protocol (what a kind's class must provide so that a tensor can answer from it):
 
-- ``shape``: a tuple of ints (the logical shape: ``Tensor.shape``, ``ndim``, ``numel()``, ``len``);
+- ``shape``, ``ndim``, ``size``: the logical shape (a tuple of ints), its length and its number of
+  elements (``Tensor.shape``, ``size()``, ``ndim``, ``numel()``, ``len()``; the op front ends and
+  meta rules read them too);
 - ``dtype``: a NumPy dtype or a ``flow.dtype`` (``Tensor.dtype``);
 - ``device`` (optional): a ``flow.device`` or a device string (``Tensor.device``; without it the
   tensor is on the device given to :func:`wrap`, by default that of the op's inputs);
@@ -32,6 +34,9 @@ The array protocol (what a kind's class must provide so that a tensor can answer
   (a global tensor's ``placement=...``, ``sbp=...``);
 - ``copy()`` and ``a[...] = b`` (optional): needed for in-place ops and autograd accumulation on
   tensors of the kind (``b`` is an array of the same kind, or a NumPy array or scalar);
+- ``like(host)`` (optional): an array of the kind laid out like this one holding the NumPy array
+  ``host`` of the same logical shape; ``backward()`` makes its seed gradient (ones, or a plain
+  ``gradient=``) of the kind with it, so that the gradients are of the kind;
 - ``strides`` / ``flags`` (optional): as NumPy's, for ``stride()`` / ``is_contiguous()``.
 
 Autograd: a handler that answers an op records it with :func:`record`; ``backward()`` then calls

@@ -50,5 +50,6 @@ def redispatch(op, inputs, attrs=None):
 
 
 def run_op(op, inputs, attrs=None):
-    """Run the op itself, skipping every interceptor."""
-    return _dispatch.execute(op, tuple(inputs), dict(attrs or {}))
+    """Run the op itself (an op name, handle or OpDef), skipping every interceptor (not array kinds:
+    see :mod:`flow.array_kinds`)."""
+    return _dispatch.execute(_dispatch.opdef(op), tuple(inputs), dict(attrs or {}))

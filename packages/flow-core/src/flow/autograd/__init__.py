@@ -27,7 +27,7 @@ def _creation():
 def _seed(t, g):
     """The gradient backward starts from: ones for a one-element output, else the given one."""
     if g is None:
-        if t._data.size != 1:
+        if t.numel() != 1:
             raise AutogradError(
                 f"grad can be implicitly created only for scalar outputs; got a tensor of shape {tuple(t.shape)}. "
                 "Pass gradient= with the same shape"

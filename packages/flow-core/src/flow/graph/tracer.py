@@ -182,6 +182,7 @@ class Tracer:
         d = t._data
         if d.__class__ is SymbolicArray:
             raise GraphTraceError(f"graph tracing: state tensor '{name}' is already being traced by another graph")
+        _check_plain(d, f"state tensor '{name}'")
         v = self.ir.add_state(TensorMeta(tuple(d.shape), t.dtype, t.device),
                               StateSpec(name, kind, partial(getattr, t, "_data"), t))
         self._saved[id(t)] = (t, (d, t.grad, t._requires_grad, t.grad_fn, t._version[0]), v)
@@ -395,6 +396,15 @@ class Tracer:
             t._version[0] = ver
 
 
+def _check_plain(a, what: str) -> None:
+    """A compiled graph runs its kernels on device arrays: the data of an array kind (a global or
+    mirrored tensor, see flow.array_kinds) cannot be an input or a state of one."""
+    if a.__class__ is not np.ndarray and array_kinds.is_kind_array(a) and a.__class__ is not SymbolicArray:
+        raise GraphTraceError(f"graph tracing: {what} is a tensor of array kind {type(a).__name__}; compiled "
+                              "graphs run on plain device arrays (array kinds take part in eager mode only), so "
+                              "pass plain tensors or run this step eagerly")
+
+
 def _check_literals(tree) -> None:
     tag = tree[0]
     if tag == "L":
@@ -443,6 +453,7 @@ def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(),
                     tr.add_state_tensor(p, f"{oname}.group{gi}.param{i}", "param")
         sym_leaves = []
         for i, t in enumerate(leaves):
+            _check_plain(t._data, f"input {i}")
             v = tr.ir.add_input(TensorMeta(tuple(t.shape), t.dtype, t.device), name=f"input{i}")
             s = tr.tensor_of(v)
             s._requires_grad = t._requires_grad and t.dtype.is_floating_point

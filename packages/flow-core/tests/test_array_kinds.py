@@ -1,0 +1,459 @@
+"""Array kinds (flow.array_kinds) with a test-only kind: a "mirrored" array holding two copies of
+the data. Its handler runs every op on both copies and checks that they stay equal, so each test
+also checks that every op (forward, backward, in-place, optimizer update) went through it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flow
+import flow.nn as nn
+from flow import array_kinds as K
+from flow.errors import FlowError
+from flow.interceptors import intercept, run_op
+
+
+class MirroredArray:
+    """Two copies of one array."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: np.ndarray, b: np.ndarray) -> None:
+        self.a = a
+        self.b = b
+
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+    ndim = property(lambda self: self.a.ndim)
+    size = property(lambda self: self.a.size)
+    strides = property(lambda self: self.a.strides)
+    flags = property(lambda self: self.a.flags)
+
+    def __array__(self, dtype=None, copy=None):
+        check_equal(self.a, self.b, "__array__")
+        return self.a.copy() if dtype is None else self.a.astype(dtype)
+
+    def copy(self) -> "MirroredArray":
+        return MirroredArray(self.a.copy(), self.b.copy())
+
+    def like(self, host: np.ndarray) -> "MirroredArray":
+        return MirroredArray(np.array(host), np.array(host))
+
+    def __setitem__(self, key, val) -> None:
+        if isinstance(val, MirroredArray):
+            self.a[key] = val.a
+            self.b[key] = val.b
+        else:
+            self.a[key] = val
+            self.b[key] = val
+
+    def repr_extras(self) -> list:
+        return ["mirrored=True"]
+
+
+def check_equal(a, b, what: str) -> None:
+    if not np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True):
+        raise AssertionError(f"mirrored copies diverged in {what}")
+
+
+SEEN: list = []  # names of the ops the handler answered
+
+
+def _piece(x, i: int):
+    if isinstance(x, flow.Tensor) and x._data.__class__ is MirroredArray:
+        return K.wrap(x._data.a if i == 0 else x._data.b, x.device)
+    if x.__class__ in (list, tuple):
+        return x.__class__(_piece(t, i) for t in x)
+    return x
+
+
+def _join(r0, r1):
+    if isinstance(r0, flow.Tensor):
+        check_equal(r0._data, r1._data, "an op's output")
+        return K.wrap(MirroredArray(r0._data, r1._data), r0.device)
+    return tuple(_join(x, y) for x, y in zip(r0, r1))
+
+
+def mirrored_handler(op, inputs, attrs):
+    SEEN.append(op.name)
+    with flow.no_grad():
+        r0 = run_op(op, [_piece(x, 0) for x in inputs], attrs)
+        r1 = run_op(op, [_piece(x, 1) for x in inputs], attrs)
+    out = _join(r0, r1)
+    K.record(op, inputs, attrs, out)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def mirrored_kind():
+    K.register_array_kind(MirroredArray, mirrored_handler)
+    SEEN.clear()
+    yield
+    K.unregister_array_kind(MirroredArray)
+
+
+def mirror(t: flow.Tensor) -> flow.Tensor:
+    """Make ``t`` (a tensor or a parameter) hold a mirrored copy of its data, in place."""
+    a = t.detach().numpy()
+    t.data = K.wrap(MirroredArray(a.copy(), a.copy()), t.device)
+    return t
+
+
+def mirrored(*shape, requires_grad=False, seed=0):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return K.wrap(MirroredArray(a.copy(), a.copy()), requires_grad=requires_grad), a
+
+
+def is_mirrored(t) -> bool:
+    return isinstance(t, flow.Tensor) and t._data.__class__ is MirroredArray
+
+
+# -- registration -----------------------------------------------------------------------------
+def test_registration_api():
+    assert K.registered_array_kinds()[MirroredArray] is mirrored_handler
+    assert K.handler_for(MirroredArray(np.zeros(1), np.zeros(1))) is mirrored_handler
+    assert K.handler_for(np.zeros(1)) is None
+    with pytest.raises(FlowError, match="NumPy array class"):
+        K.register_array_kind(np.ndarray, mirrored_handler)
+    with pytest.raises(TypeError, match="callable"):
+        K.register_array_kind(MirroredArray, 3)
+    with pytest.raises(TypeError, match="expected a class"):
+        K.register_array_kind(MirroredArray(np.zeros(1), np.zeros(1)), mirrored_handler)
+
+    class Other:
+        pass
+
+    with pytest.raises(FlowError, match="not a registered array kind"):
+        K.unregister_array_kind(Other)
+
+
+def test_no_handler_call_for_plain_tensors():
+    a, b = flow.randn(3), flow.randn(3)
+    (a + b).sum()
+    flow.matmul(flow.randn(2, 3), flow.randn(3, 2))
+    assert SEEN == []
+
+
+# -- what a tensor of a kind reports ----------------------------------------------------------
+def test_properties_answer_from_the_array():
+    x, a = mirrored(2, 3)
+    assert x.shape == (2, 3) and x.size(1) == 3 and x.size(-2) == 2
+    assert x.ndim == 2 and x.dim() == 2 and x.numel() == 6 and x.nelement() == 6 and len(x) == 2
+    assert x.dtype is flow.float32 and x.device == flow.device("cpu")
+    assert x.is_contiguous() and x.stride() == (3, 1)
+    np.testing.assert_array_equal(x.numpy(), a)
+    r = repr(x)
+    assert r.startswith("tensor([[") and "mirrored=True" in r
+    assert f"{a[0, 0]:.4f}" in r
+    s, _ = mirrored(1)
+    assert s.item() == pytest.approx(float(_[0]))
+
+
+def test_dtype_and_device_from_the_array():
+    class Meta:  # shape, a flow dtype and a device of its own; no host value
+        shape = (4, 5)
+        ndim, size = 2, 20
+        dtype = flow.float16
+        device = "meta"
+
+    t = K.wrap(Meta())
+    assert t.shape == (4, 5) and t.dtype is flow.float16 and t.device.type == "meta"
+    K.register_array_kind(Meta, lambda op, inputs, attrs: NotImplemented)
+    try:
+        assert repr(t) == "tensor(..., size=(4, 5), device='meta', dtype=flow.float16)"
+        with pytest.raises(FlowError, match="no host value"):
+            t.numpy()
+    finally:
+        K.unregister_array_kind(Meta)
+
+
+# -- forward ---------------------------------------------------------------------------------
+def test_ops_run_on_both_copies():
+    x, a = mirrored(3, 4)
+    w, b = mirrored(4, 2, seed=1)
+    plain = flow.tensor(np.ones((3, 2), np.float32))
+    y = flow.relu(x @ w) * 2.0 + plain
+    assert is_mirrored(y)
+    np.testing.assert_allclose(y.numpy(), np.maximum(a @ b, 0) * 2 + 1, rtol=1e-6)
+    assert SEEN[:2] == ["matmul", "relu"] and "add" in SEEN
+    s = y.sum(dim=0)
+    assert is_mirrored(s) and s.shape == (2,)
+    parts = flow.split(x, 2, dim=1)  # an op with several outputs
+    assert all(is_mirrored(p) for p in parts)
+    np.testing.assert_array_equal(parts[1].numpy(), a[:, 2:])
+    cat = flow.cat([x, flow.zeros(3, 4)], dim=0)  # a list input
+    assert is_mirrored(cat) and cat.shape == (6, 4)
+
+
+def test_divergence_is_caught():
+    x, _ = mirrored(3)
+    x._data.b[0] += 1.0
+    with pytest.raises(AssertionError, match="diverged"):
+        x + 1
+
+
+def test_inplace_ops_write_both_copies():
+    x, a = mirrored(3)
+    x.add_(1.0)
+    x.mul_(flow.tensor([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(x._data.a, (a + 1) * [1, 2, 3], rtol=1e-6)
+    np.testing.assert_array_equal(x._data.a, x._data.b)
+    assert x._version[0] == 2
+
+
+# -- precedence ------------------------------------------------------------------------------
+def test_interceptors_come_before_array_kinds():
+    x, a = mirrored(2)
+    order = []
+
+    def watch(op, inputs, attrs):
+        order.append(("interceptor", op.name, len(SEEN)))
+        return NotImplemented
+
+    with intercept(watch):
+        y = x + 1
+    assert order == [("interceptor", "add", 0)] and SEEN == ["add"] and is_mirrored(y)
+
+    def answer(op, inputs, attrs):
+        return flow.zeros(2)
+
+    with intercept(answer):
+        z = x * 3
+    assert SEEN == ["add"] and not is_mirrored(z)
+
+
+def test_not_implemented_falls_through_to_the_next_kind_then_the_kernel():
+    class Plainish:  # a kind whose handler declines every op: the kernel gets its array as it is
+        def __init__(self, a):
+            self.a = a
+
+        shape = property(lambda self: self.a.shape)
+        dtype = property(lambda self: self.a.dtype)
+        ndim = property(lambda self: self.a.ndim)
+        size = property(lambda self: self.a.size)
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a
+
+    declined = []
+
+    def decline(op, inputs, attrs):
+        declined.append(op.name)
+        return NotImplemented
+
+    K.register_array_kind(Plainish, decline)
+    try:
+        p = K.wrap(Plainish(np.array([1.0, 2.0], np.float32)))
+        m, a = mirrored(2)
+        r = p + m  # Plainish comes first and declines; the mirrored handler answers
+        # Plainish is asked first and declines; the mirrored handler answers, and its calls on the
+        # two local pieces (Plainish + plain) are offered to Plainish again, then run by the kernel
+        assert declined == ["add"] * 3 and SEEN == ["add"] and is_mirrored(r)
+        np.testing.assert_allclose(r.numpy(), a + [1, 2])
+        q = flow.neg(p)  # only Plainish, which declines: the kernel runs
+        assert declined == ["add"] * 3 + ["neg"]
+        np.testing.assert_array_equal(q.numpy(), [-1.0, -2.0])
+    finally:
+        K.unregister_array_kind(Plainish)
+
+
+# -- autograd --------------------------------------------------------------------------------
+def test_backward_gives_mirrored_gradients_through_the_handler():
+    x, a = mirrored(3, 4, requires_grad=True)
+    w, b = mirrored(4, 2, requires_grad=True, seed=1)
+    loss = (flow.tanh(x @ w) ** 2).mean()
+    n_fwd = len(SEEN)
+    loss.backward()
+    assert len(SEEN) > n_fwd  # the backward ops went through the handler too
+    assert is_mirrored(x.grad) and is_mirrored(w.grad)
+    import torch
+
+    ta = torch.tensor(a, requires_grad=True)
+    tb = torch.tensor(b, requires_grad=True)
+    (torch.tanh(ta @ tb) ** 2).mean().backward()
+    np.testing.assert_allclose(x.grad.numpy(), ta.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(w.grad.numpy(), tb.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_record_around_runs_with_the_gradient():
+    entered = []
+
+    class Around:
+        def __enter__(self):
+            entered.append(len(SEEN))
+
+        def __exit__(self, *exc):
+            entered.append(len(SEEN))
+
+    x, a = mirrored(3, requires_grad=True)
+    y = run_op("exp", [_piece(x, 0)], {})  # a plain op, recorded by hand with around=
+    y = K.wrap(MirroredArray(y._data, y._data.copy()))
+    node = K.record("exp", (x,), {}, y, around=Around)
+    assert node is not None and y.grad_fn is node and node.name() == "expBackward"
+    y.sum().backward()
+    assert len(entered) == 2 and entered[1] > entered[0]  # the gradient's ops ran inside around()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(a), rtol=1e-6)
+    with flow.no_grad():
+        assert K.record("exp", (x,), {}, K.wrap(MirroredArray(np.ones(3), np.ones(3)))) is None
+
+
+def test_run_kernel_on_local_pieces():
+    a = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(K.run_kernel("neg", a), [-1.0, 2.0])
+    out = K.run_kernel("add", a, np.float32(1))
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32
+    with pytest.raises(FlowError, match="dtype"):
+        K.run_kernel("neg", 3)
+
+
+# -- training --------------------------------------------------------------------------------
+def _mlp():
+    flow.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def _data():
+    rng = np.random.default_rng(3)
+    batches = [(rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5)) for _ in range(2)]
+    return batches * 4
+
+
+def _sgd_step(params, lr):
+    with flow.no_grad():
+        for p in params:
+            p.sub_(p.grad * lr)
+            p.grad = None
+
+
+def _train_eager(model, steps, optimizer=None, wrap_input=lambda t: t):
+    losses = []
+    for x, y in steps:
+        loss = nn.functional.cross_entropy(model(wrap_input(flow.tensor(x))), flow.tensor(y))
+        loss.backward()
+        if optimizer is None:
+            _sgd_step(model.parameters(), 0.1)
+        else:
+            optimizer.step()
+            optimizer.zero_grad()
+        losses.append(float(loss.detach().numpy()))
+    return losses
+
+
+def test_mlp_trains_the_same_eagerly_with_mirrored_tensors_and_in_graph_mode():
+    data = _data()
+    plain = _train_eager(_mlp(), data)
+    model = _mlp()
+    for p in model.parameters():
+        mirror(p)
+    mirrored_losses = _train_eager(model, data, wrap_input=mirror)
+    assert all(is_mirrored(p) for p in model.parameters())
+    for p in model.parameters():
+        check_equal(p._data.a, p._data.b, "the parameters")
+    assert {"linear", "cross_entropy"} & set(SEEN) or "matmul" in SEEN
+    np.testing.assert_allclose(mirrored_losses, plain, rtol=1e-5)
+
+    gmodel = _mlp()
+    opt = flow.optim.SGD(gmodel.parameters(), lr=0.1)
+
+    class Step(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = gmodel
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = nn.functional.cross_entropy(self.m(x), y)
+            loss.backward()
+            return loss
+
+    step = Step()
+    graph_losses = [float(step(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in data]
+    np.testing.assert_allclose(graph_losses, plain, rtol=1e-5)
+    assert plain[-1] < plain[0] and plain[-2] < plain[1]  # it does train
+
+
+def test_optimizer_zero_grad_in_place_on_mirrored_gradients():
+    x, _ = mirrored(3, requires_grad=True)
+    (x * 2.0).sum().backward()
+    g = x.grad
+    assert is_mirrored(g)
+    opt = flow.optim.SGD([x], lr=0.1)
+    opt.zero_grad(set_to_none=False)
+    assert x.grad is g and not g._data.a.any() and not g._data.b.any()
+
+
+# -- the graph tracer's symbolic arrays are an array kind ------------------------------------
+def test_symbolic_array_is_a_registered_kind():
+    from flow.graph.symbolic import SymbolicArray
+
+    assert SymbolicArray in K.registered_array_kinds()
+
+
+def test_an_op_below_the_interceptors_reaches_the_tracer():
+    class G(nn.Graph):
+        def build(self, x):
+            y = run_op("mul", (x, x), {})  # skips the interceptors: goes to the symbolic kind's handler
+            return y + 1
+
+    g = G()
+    out = g(flow.tensor([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(out.numpy(), [2.0, 5.0, 10.0])
+    assert [n.name for n in g.ir.nodes if n.name in ("mul", "add")] == ["mul", "add"]
+
+
+def test_a_leaked_symbolic_tensor_raises_a_trace_error():
+    from flow.graph.symbolic import GraphTraceError
+
+    leaked = []
+
+    class G(nn.Graph):
+        def build(self, x):
+            y = x * 2
+            leaked.append(y)
+            return y
+
+    G()(flow.ones(2))
+    with pytest.raises(GraphTraceError, match="outside the trace"):
+        leaked[0] + 1
+
+
+def test_backward_ops_in_a_trace_are_marked_through_record():
+    class G(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+            self.add_optimizer(flow.optim.SGD(self.lin.parameters(), lr=0.1))
+
+        def build(self, x):
+            loss = self.lin(x).sum()
+            loss.backward()
+            return loss
+
+    g = G()
+    g(flow.randn(4, 3))
+    bwd = [n for n in g.ir.nodes if n.tags.get("phase") == "backward"]
+    assert bwd and all("bwd_of" in n.tags for n in bwd)
+
+
+def test_graph_mode_rejects_tensors_of_an_array_kind_clearly():
+    from flow.graph.symbolic import GraphTraceError
+
+    lin = nn.Linear(3, 2)
+    mirror(lin.weight)
+
+    class G(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def build(self, x):
+            return self.lin(x)
+
+    with pytest.raises(GraphTraceError, match="state tensor 'lin.weight' is a tensor of array kind MirroredArray"):
+        G()(flow.ones(1, 3))
+    assert is_mirrored(lin.weight) and lin.weight.grad_fn is None  # left as it was
+    lin.weight.data = flow.ones(2, 3)
+    x, _ = mirrored(1, 3)
+    with pytest.raises(GraphTraceError, match="input 0 is a tensor of array kind"):
+        G()(x)
