@@ -2,41 +2,40 @@
 
 It uses the same hooks as any third-party plugin; the specs come from the
 ``defop``/``kernel`` records the op modules make at import.
+
+The op modules are found, not listed: every public module of the ``flow.ops``
+package (its directory, walked once when the plugins load) is imported, and
+importing one records its ops. A new op module is picked up by being there.
+``import flow`` is not slowed: nothing here runs before a registry is first used,
+and ``import flow`` already imports nearly all of these modules.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from flow.plugins import hookimpl
 
-# Every module that declares core ops; importing them fills the spec lists.
-OP_MODULES = (
-    "flow.ops.conversion",
-    "flow.ops.arith",
-    "flow.ops.unary",
-    "flow.ops.clamp_where",
-    "flow.ops.compare",
-    "flow.ops.reduction",
-    "flow.ops.reduction_minmax",
-    "flow.ops.reduction_stats",
-    "flow.ops.movement",
-    "flow.ops.linalg",
-    "flow.ops.sorting",
-    "flow.ops.shape_ops",
-    "flow.ops.indexing",
-    "flow.ops.views", "flow.ops.subscript", "flow.ops.padding",
-    "flow.ops.nn_conv",
-    "flow.ops.nn_pool",
-    "flow.ops.nn_norm",
-    "flow.ops.nn_loss",
-    "flow.ops.nn_bce",
-    "flow.ops.nn_misc",
-)
+# Modules outside the flow.ops package that declare core ops with ``defop`` (none today);
+# names of modules inside it may be listed too, they are imported once either way.
+OP_MODULES: tuple[str, ...] = ()
+
+# Modules of flow.ops that are machinery, not op declarations (underscore modules are skipped too).
+_NOT_OP_MODULES = frozenset({"plugin"})
+
+
+def op_modules() -> list[str]:
+    """Every module that may declare core ops: the public modules of ``flow.ops``, then ``OP_MODULES``."""
+    import flow.ops
+
+    found = [f"flow.ops.{m.name}" for m in pkgutil.iter_modules(flow.ops.__path__)
+             if not m.ispkg and not m.name.startswith("_") and m.name not in _NOT_OP_MODULES]
+    return sorted(found) + [m for m in OP_MODULES if m not in found]
 
 
 def _import_all() -> None:
-    for m in OP_MODULES:
+    for m in op_modules():
         importlib.import_module(m)
 
 

@@ -9,6 +9,7 @@ ones (by entry-point or distribution name).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -169,6 +170,7 @@ def _load_all() -> None:
         if unknown:
             raise PluginError(f"FLOW_PLUGINS names plugins that are not installed: {sorted(unknown)}")
     _call_hookspec_phase(pm, names)
+    _check_hooks(pm, names)
     for phase in PHASES:
         _run_phase(pm, phase, names)
     reg = _registry()
@@ -238,6 +240,7 @@ def register(plugin: Any, name: str | None = None) -> str:
     _infos[name] = PluginInfo(name, "<runtime>", "", getattr(plugin, "__name__", type(plugin).__name__))
     try:
         _call_hookspec_phase(pm, [name])
+        _check_hooks(pm, [name])
         for phase in PHASES:
             _run_phase(pm, phase, [name])
     except BaseException:
@@ -251,11 +254,9 @@ def register(plugin: Any, name: str | None = None) -> str:
 def unregister(name: str) -> None:
     """Forget a run-time plugin and every op, kernel, device type, table, rule and pass it registered.
 
-    An op it replaced with ``override=True`` is removed, not restored. Built-in
+    What it overrode comes back (:meth:`flow.registry.Registry.remove_plugin`). Built-in
     plugins cannot be unregistered.
     """
-    from flow.registry import OP_HANDLES
-
     info = _infos.get(name)
     if info is not None and info.builtin:
         raise PluginError(f"'{name}' is a built-in flow plugin and cannot be unregistered")
@@ -264,48 +265,45 @@ def unregister(name: str) -> None:
         raise PluginError(f"no flow plugin named '{name}' is registered")
     if pm.get_plugin(name) is not None:
         pm.unregister(name=name)
-    reg = _registry()
-    for opname in [n for n, op in reg._ops.items() if op.plugin == name]:
-        del reg._ops[opname]
-        handle = OP_HANDLES.get(opname)
-        if handle is not None:
-            handle.opdef = None
-    for op in reg._ops.values():
-        for key in list(op.kernels):
-            op.kernels[key] = [e for e in op.kernels[key] if e.plugin != name]
-            if not op.kernels[key]:
-                del op.kernels[key]
-        op._kcache.clear()
-    for dname in [n for n, d in reg._device_types.items() if d.plugin == name]:
-        del reg._device_types[dname]
-    for tname in [n for n, t in reg._tables.items() if t.owner == name]:
-        del reg._tables[tname]
-    for t in reg._tables.values():
-        for opn in [o for o in t if t.provider(o) == name]:
-            t.remove(opn)
-    for pname in [p for p in reg._passes.names() if reg._passes[p].plugin == name]:
-        reg._passes.remove(pname)
-    reg.provenance.pop(name, None)
+    _registry().remove_plugin(name)
     _infos.pop(name, None)
 
 
 def check_pending() -> None:
     """Raise if a loaded plugin implements a hook that no spec declares (a misspelled hook name).
 
-    A hook another plugin declares (through ``flow_add_hookspecs``) counts once that
-    plugin is loaded; mark an implementation ``@hookimpl(optionalhook=True)`` when
-    that plugin may be missing.
+    Loading runs this check for every plugin (and :func:`register` for the one it
+    registers), so a misspelled hook stops the load. A hook another plugin declares
+    (through ``flow_add_hookspecs``) counts once that plugin is loaded; mark an
+    implementation ``@hookimpl(optionalhook=True)`` when that plugin may be missing.
     """
     ensure_loaded()
     pm = get_plugin_manager()
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as e:
-        name = pm.get_name(e.plugin) or repr(e.plugin)
-        raise PluginError(
-            f"flow plugin '{name}' implements a hook that no spec declares: {e}. "
-            f"The hooks flow declares are: {', '.join(sorted(_declared_hooks(pm)))}"
-        ) from e
+    _check_hooks(pm, [pm.get_name(p) for p in pm.get_plugins()])
+
+
+def _check_hooks(pm: pluggy.PluginManager, names: list[str]) -> None:
+    declared = _declared_hooks(pm)
+    bad = []
+    for hook_name, caller in vars(pm.hook).items():
+        if hook_name.startswith("_") or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin_name in names and not impl.optionalhook:
+                bad.append((impl.plugin_name, hook_name))
+    if not bad:
+        return
+    lines = []
+    for plugin, hook_name in sorted(bad):
+        info = _infos.get(plugin)
+        dist = f" (distribution '{info.distribution}')" if info and info.distribution != "<runtime>" else ""
+        close = difflib.get_close_matches(hook_name, declared, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        lines.append(f"flow plugin '{plugin}'{dist} implements hook '{hook_name}', which no hookspec declares{hint}")
+    raise PluginError(
+        "; ".join(lines) + ". Mark a hook of a plugin that may be absent @hookimpl(optionalhook=True). "
+        f"The hooks flow declares are: {', '.join(sorted(declared))}"
+    )
 
 
 def _declared_hooks(pm) -> list[str]:
@@ -329,19 +327,9 @@ def is_loaded() -> bool:
 
 def describe() -> list[dict]:
     """Every plugin found (loaded or skipped) as plain data: what ``python -m flow plugins --json`` prints."""
-    return [
-        {
-            "name": i.name,
-            "distribution": i.distribution,
-            "version": i.version,
-            "module": i.module,
-            "builtin": i.builtin,
-            "loaded": i.loaded,
-            "skipped_reason": i.skipped_reason,
-            "registered": {k: list(v) for k, v in i.registered.items()},
-        }
-        for i in list_plugins()
-    ]
+    from flow.plugins.listing import describe as _describe
+
+    return _describe(list_plugins(), _registry())
 
 
 def discovered() -> list[dict]:
@@ -350,29 +338,7 @@ def discovered() -> list[dict]:
 
 
 def _dump(out=None, as_json: bool = False, verbose: bool = False) -> None:
-    """Print every plugin found, its distribution, status and what it registered.
+    """Print every plugin found (see :func:`flow.plugins.listing.dump`)."""
+    from flow.plugins.listing import dump
 
-    One line per plugin, ``name  [distribution version, kind, status]  module``,
-    then one indented line per kind of registration (ops, kernels, device_types,
-    tables, rules, passes); lists longer than 12 are cut unless ``verbose``.
-    """
-    import json
-
-    out = sys.stdout if out is None else out
-    data = describe()
-    if as_json:
-        json.dump(data, out, indent=2)
-        out.write("\n")
-        return
-    for d in data:
-        status = "loaded" if d["loaded"] else f"skipped: {d['skipped_reason']}"
-        kind = "builtin" if d["builtin"] else ("runtime" if d["distribution"] == "<runtime>" else "entry point")
-        print(f"{d['name']}  [{d['distribution']} {d['version'] or '-'}, {kind}, {status}]  {d['module']}", file=out)
-        if d["loaded"] and not d["registered"]:
-            print("    (registered nothing)", file=out)
-        for k, v in d["registered"].items():
-            if len(v) > 12 and not verbose:
-                shown = ", ".join(v[:12]) + f", ... ({len(v)} in all)"
-            else:
-                shown = ", ".join(v)
-            print(f"    {k}: {shown}", file=out)
+    dump(describe(), _registry(), sys.stdout if out is None else out, as_json=as_json, verbose=verbose)

@@ -7,18 +7,40 @@ plugins lazily on first use.
 
 from __future__ import annotations
 
+import copy
+import sys
 from typing import Any, Callable
 
 from flow._fpstate import quiet_module
 from flow.errors import KernelNotFoundError, RegistrationError
+from flow.registry.claims import ClaimBook
 from flow.registry.devices import DeviceType
-from flow.registry.ops import Attr, Input, KernelEntry, OpDef, OpSchema, schema
+from flow.registry.ops import (
+    ANY,
+    BOOL,
+    FLOAT,
+    FLOAT_PROMOTE,
+    INDEX,
+    INTEGER,
+    INTEGRAL,
+    NUMERIC,
+    Attr,
+    Dtypes,
+    Input,
+    KernelEntry,
+    OpDef,
+    OpSchema,
+    dtypes,
+    schema,
+)
 from flow.registry.passes import PassEntry, PassRegistry
 from flow.registry.tables import RuleTable
 
 __all__ = [
     "Attr", "Input", "OpSchema", "OpDef", "DeviceType", "RuleTable", "PassEntry", "Registry",
     "REGISTRY", "schema", "get_op", "get_device_type",
+    # dtype rules of an op's inputs (schema(..., dtypes=...)): the common ones, and dtypes() for others
+    "Dtypes", "dtypes", "ANY", "FLOAT", "FLOAT_PROMOTE", "NUMERIC", "INTEGRAL", "INTEGER", "BOOL", "INDEX",
 ]
 
 # Devices whose kernels live in a known distribution: used to tell a user what to install.
@@ -40,6 +62,7 @@ class Registry:
         self.current_plugin = "<user>"
         # plugin name -> kind -> list of names, for `python -m flow plugins`
         self.provenance: dict[str, dict[str, list[str]]] = {}
+        self._claims = ClaimBook()  # every registration, winners and shadowed ones (flow.registry.claims)
 
     # -- reading loads plugins on first use ----------------------------------
     @property
@@ -79,52 +102,83 @@ class Registry:
         self.provenance.setdefault(self.current_plugin, {}).setdefault(kind, []).append(name)
 
     # -- device types ----------------------------------------------------
-    def register_device_type(self, spec: DeviceType, *, override: bool = False) -> None:
-        if spec.name in self._device_types and not override:
-            raise RegistrationError(
-                f"device type '{spec.name}' is already registered by plugin "
-                f"'{self._device_types[spec.name].plugin}'; pass override=True to replace it"
-            )
+    def register_device_type(self, spec: DeviceType, *, override: bool = False, priority: int | None = None) -> None:
+        """Add a device type. A second one of the same name needs ``override=True`` (it wins at
+        the same priority) or a different ``priority`` (the higher wins); the one it shadows
+        comes back when its plugin is removed (:meth:`remove_plugin`)."""
+        win = self._claims.claim(("device_type", spec.name), spec, self.current_plugin, priority=priority,
+                                 override=override, duplicate=lambda w: (
+                                     f"device type '{spec.name}' is already registered by plugin '{w.plugin}'; "
+                                     "pass override=True (or a higher priority=) to replace it"))
         spec.plugin = self.current_plugin
-        self._device_types[spec.name] = spec
+        self._set_device_type(spec.name, win.value)
+        self._note("device_types", spec.name)
+
+    def _set_device_type(self, name: str, spec: DeviceType | None) -> None:
+        if spec is None:
+            self._device_types.pop(name, None)
+        else:
+            self._device_types[name] = spec
         for op in self._ops.values():
             op._kcache.clear()
-        self._note("device_types", spec.name)
 
     # -- ops -------------------------------------------------------------
     def register_op(self, schema: OpSchema, meta: Callable, grad: Callable | None = None, *,
-                    override: bool = False, **kwargs: Any) -> OpDef:
-        """Declare an op: its schema, meta rule (shapes/dtypes, no data) and gradient."""
-        if schema.name in self._ops and not override:
-            raise RegistrationError(
-                f"op '{schema.name}' is already registered by plugin '{self._ops[schema.name].plugin}'; "
-                "pass override=True to replace it"
-            )
-        old = self._ops.get(schema.name)
+                    override: bool = False, priority: int | None = None, **kwargs: Any) -> OpDef:
+        """Declare an op: its schema, meta rule (shapes/dtypes, no data) and gradient.
+
+        Declaring a name again needs ``override=True`` or a different ``priority``; the op is
+        replaced in place (handles and kernels stay) and restored when the overriding plugin
+        is removed.
+        """
+        if "origin" not in kwargs:
+            f = sys._getframe(1)  # registration time only: where the op was declared, for `python -m flow op`
+            kwargs["origin"] = (f.f_code.co_filename, f.f_lineno)
         op = OpDef(schema, meta, grad, plugin=self.current_plugin, **kwargs)
-        if old is not None:
-            # Update in place: op handles held by Python functions keep pointing at it.
-            kernels = old.kernels
-            for slot in OpDef.__slots__:
-                setattr(old, slot, getattr(op, slot))
-            old.kernels = kernels
-            old._kcache.clear()
-            old._mcache.clear()
-            op = old
-        self._ops[schema.name] = op
-        handle = OP_HANDLES.get(schema.name)
-        if handle is not None:
-            handle.opdef = op
+        win = self._claims.claim(("op", schema.name), op, self.current_plugin, priority=priority, override=override,
+                                 duplicate=lambda w: (
+                                     f"op '{schema.name}' is already registered by plugin '{w.plugin}'; "
+                                     "pass override=True (or a higher priority=) to replace it"))
+        live = self._set_op(schema.name, win.value)
         self._note("ops", schema.name)
-        return op
+        return live
+
+    def _set_op(self, name: str, src: OpDef | None) -> OpDef | None:
+        """Make ``src``'s declaration the live op ``name`` (in place: handles and kernels stay)."""
+        live = self._ops.get(name)
+        if src is None:
+            self._ops.pop(name, None)
+            handle = OP_HANDLES.get(name)
+            if handle is not None:
+                handle.opdef = None
+            return None
+        if live is None:
+            # the live object is a copy, so every claim keeps its own declaration for restoring
+            live = self._ops[name] = copy.copy(src)
+            live.kernels, live._kcache, live._mcache = {}, {}, set()
+        elif live is not src:
+            for slot in OpDef.__slots__:
+                if slot not in ("kernels", "_kcache", "_mcache"):
+                    setattr(live, slot, getattr(src, slot))
+            live._kcache.clear()
+            live._mcache.clear()
+        handle = OP_HANDLES.get(name)
+        if handle is not None:
+            handle.opdef = live
+        return live
 
     def register_kernel(self, op_name: str, device_type: str, fn: Callable, *, dtypes=None,
-                        override: bool = False, generic: bool = False, name: str = "default") -> None:
+                        override: bool = False, priority: int | None = None, generic: bool = False,
+                        name: str = "default", out: Callable | None = None) -> None:
         """Attach a kernel to an op for a device type (``"generic"`` = any NumPy-like device).
 
         ``dtypes`` restricts it to those input dtypes. A second kernel under a
         different ``name`` is an alternative the graph executor may time and
-        pick; the same name twice is a duplicate unless ``override=True``.
+        pick; the same name twice is a duplicate unless ``override=True`` (the later one
+        wins) or the two have different ``priority`` (the higher one wins, in any load
+        order). The kernel that lost comes back when the winner's plugin is removed.
+        ``out`` is the kernel's out-variant (the same arguments plus ``out=``; a factory like
+        ``fn`` when generic) that graph memory planning may call instead.
         """
         op = self._ops.get(op_name)
         if op is None:
@@ -135,22 +189,35 @@ class Registry:
             generic = True
         quiet_module(getattr(fn, "__module__", None) or "")  # its NumPy warnings are flow's (flow._fpstate)
         keys = [(device_type, None)] if dtypes is None else [(device_type, d) for d in dtypes]
+        plugin = self.current_plugin
+        for key in keys:  # check every slot first, so a duplicate changes nothing
+            w = self._claims.winner(("kernel", op_name, key[0], key[1], name))
+            if w is not None and not override and (priority or 0) == w.priority:
+                raise RegistrationError(
+                    f"op '{op_name}' already has kernel '{name}' for device '{device_type}'"
+                    f"{'' if key[1] is None else ' dtype ' + str(key[1])} from plugin '{w.plugin}'; "
+                    "pass override=True (or a higher priority=) to replace it"
+                )
         for key in keys:
-            lst = op.kernels.setdefault(key, [])
-            for i, e in enumerate(lst):
-                if e.name == name:
-                    if not override:
-                        raise RegistrationError(
-                            f"op '{op_name}' already has kernel '{name}' for device '{device_type}'"
-                            f"{'' if key[1] is None else ' dtype ' + str(key[1])} from plugin '{e.plugin}'; "
-                            "pass override=True to replace it"
-                        )
-                    lst[i] = KernelEntry(fn, self.current_plugin, name, generic)
-                    break
-            else:
-                lst.append(KernelEntry(fn, self.current_plugin, name, generic))
-        op._kcache.clear()
+            slot = ("kernel", op_name, key[0], key[1], name)
+            win = self._claims.claim(slot, KernelEntry(fn, plugin, name, generic, out), plugin, priority=priority,
+                                     override=override, duplicate=str)  # checked above
+            self._set_kernel(op, key, name, win.value)
         self._note("kernels", f"{op_name}[{device_type}]")
+
+    def _set_kernel(self, op: OpDef, key: tuple, name: str, entry: KernelEntry | None) -> None:
+        lst = op.kernels.setdefault(key, [])
+        i = next((i for i, e in enumerate(lst) if e.name == name), None)
+        if entry is None:
+            if i is not None:
+                del lst[i]
+        elif i is None:
+            lst.append(entry)
+        else:
+            lst[i] = entry
+        if not lst:
+            del op.kernels[key]
+        op._kcache.clear()
 
     def kernel_entries(self, op: OpDef, device_type: str, dtype) -> list[KernelEntry]:
         """All kernels usable for (op, device type, dtype), most specific first."""
@@ -186,32 +253,87 @@ class Registry:
 
     # -- rule tables -----------------------------------------------------
     def declare_table(self, name: str, doc: str = "") -> RuleTable:
-        """Create a table owned by the current plugin (idempotent for its owner)."""
+        """Create a table owned by the current plugin (idempotent for its owner).
+
+        Rules other plugins registered for it before it existed (queued, see
+        :meth:`register_rule`) go into it now.
+        """
         t = self._tables.get(name)
         if t is not None:
             if t.owner != self.current_plugin:
                 raise RegistrationError(f"rule table '{name}' is already owned by plugin '{t.owner}'")
             return t
         t = self._tables[name] = RuleTable(name, self.current_plugin, doc)
+        for slot in self._claims.slots("rule"):
+            if slot[1] == name:
+                w = self._claims.winner(slot)
+                t.register(slot[2], w.value, plugin=w.plugin)
         self._note("tables", name)
         return t
 
-    def register_rule(self, table: str, op: str, rule: Any, *, override: bool = False) -> None:
+    def register_rule(self, table: str, op: str, rule: Any, *, override: bool = False,
+                      priority: int | None = None) -> None:
+        """Put ``rule`` for ``op`` into ``table`` (an SBP rule, an AMP colour, a fusion lowering).
+
+        A table no loaded plugin has declared yet is no error: the rule is queued and goes
+        into the table when its owner declares it (:meth:`pending_rules` lists the queue), so
+        an op package can ship rules for plugins that may be absent.
+        """
         t = self._tables.get(table)
-        if t is None:
-            raise RegistrationError(
-                f"no rule table '{table}' (plugin '{self.current_plugin}'); the plugin that owns it is not loaded"
-            )
-        t.register(op, rule, plugin=self.current_plugin, override=override)
+        win = self._claims.claim(("rule", table, op), rule, self.current_plugin, priority=priority,
+                                 override=override, duplicate=lambda w: (
+                                     f"rule table '{table}': op '{op}' already has a rule from plugin "
+                                     f"'{w.plugin}'; pass override=True (or a higher priority=) to replace it"))
+        if t is not None:
+            t.register(op, win.value, plugin=win.plugin, override=True)
         self._note("rules", f"{table}:{op}")
+
+    def pending_rules(self) -> list[tuple[str, str, str]]:
+        """Rules waiting for their table to be declared, as ``(table, op, plugin)``."""
+        out = []
+        for slot in self._claims.slots("rule"):
+            if slot[1] not in self._tables:
+                out.append((slot[1], slot[2], self._claims.winner(slot).plugin))
+        return sorted(out)
 
     # -- passes ----------------------------------------------------------
     def register_pass(self, name: str, fn: Callable, *, before=(), after=(), override: bool = False,
-                      enabled_by_default: bool = True) -> None:
-        self._passes.register(name, fn, before=before, after=after, plugin=self.current_plugin,
-                             override=override, enabled_by_default=enabled_by_default)
+                      enabled_by_default: bool = True, priority: int | None = None) -> None:
+        """Add a graph pass ``fn(ir, config) -> ir`` (see :class:`PassRegistry` for the ordering).
+        A second pass of the same name needs ``override=True`` or a different ``priority``."""
+        staged = PassRegistry()  # builds the entry (normalised constraints, doc) without touching ours
+        staged.register(name, fn, before=before, after=after, plugin=self.current_plugin,
+                        enabled_by_default=enabled_by_default)
+        win = self._claims.claim(("pass", name), staged[name], self.current_plugin, priority=priority,
+                                 override=override, duplicate=lambda w: (
+                                     f"pass '{name}' is already registered by plugin '{w.plugin}'; "
+                                     "pass override=True (or a higher priority=) to replace it"))
+        self._set_pass(name, win.value)
         self._note("passes", name)
 
+    def _set_pass(self, name: str, e: PassEntry | None) -> None:
+        if e is None:
+            self._passes.remove(name)
+            return
+        order = self._passes[name].order if name in self._passes else None
+        self._passes.register(name, e.fn, before=e.before, after=e.after, plugin=e.plugin, override=True,
+                              enabled_by_default=e.enabled_by_default, doc=e.doc)
+        if order is not None:
+            self._passes[name].order = order  # an override keeps the pass's place in the pipeline
+
+    # -- overrides and removal ---------------------------------------------
+    def contested(self) -> list[dict]:
+        """Every registration more than one plugin claimed: what, who won, who lost (and priorities)."""
+        return contested(self)
+
+    def remove_plugin(self, name: str) -> None:
+        """Remove everything plugin ``name`` registered, giving back what it overrode.
+
+        Its ops (with every kernel attached to them), kernels, device types, rule tables,
+        rules and passes go; an entry it had overridden is restored. The rules other plugins
+        put into a table it owned are queued again (see :meth:`register_rule`).
+        """
+        remove_plugin(self, name)
 
 def _install_hint(device_type: str | None) -> str:
     """Which installed plugin could provide what is missing, or that none does."""
@@ -251,6 +373,8 @@ def _ensure_loaded() -> None:
     if manager._state == "new":
         manager.ensure_loaded()
 
+
+from flow.registry.removal import contested, remove_plugin  # noqa: E402
 
 REGISTRY = Registry()
 

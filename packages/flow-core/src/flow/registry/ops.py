@@ -267,6 +267,9 @@ class KernelEntry:
     plugin: str
     name: str = "default"
     generic: bool = False  # a factory taking the device's array module
+    # the same computation taking ``out=`` (a factory too when generic); graph memory planning
+    # writes the result into a buffer it chose (flow.graph.pass_tables.out_kernel)
+    out: Callable | None = None
 
 
 class OpDef:
@@ -292,14 +295,15 @@ class OpDef:
     __slots__ = (
         "schema", "name", "meta", "grad", "save", "plugin", "kernels", "_kcache", "_mcache",
         "elementwise", "eager_meta", "doc", "samples", "nondeterministic", "differentiable_inputs",
-        "composite", "dynamic_shape", "has_variadic", "no_error_samples",
+        "composite", "dynamic_shape", "has_variadic", "no_error_samples", "origin",
     )
 
     def __init__(self, schema: OpSchema, meta: Callable, grad: Callable | None = None, save: str = "both",
                  plugin: str = "", elementwise: bool = False, samples: Callable | None = None,
                  nondeterministic: bool = False, doc: str = "",
                  differentiable_inputs: tuple[int, ...] | None = None, eager_meta: bool | None = None,
-                 composite: bool = False, dynamic_shape: bool = False, no_error_samples: str = "") -> None:
+                 composite: bool = False, dynamic_shape: bool = False, no_error_samples: str = "",
+                 origin: tuple[str, int] | None = None) -> None:
         if save not in ("inputs", "outputs", "both", "none"):
             raise RegistrationError(f"op '{schema.name}': save must be inputs/outputs/both/none, got {save!r}")
         if not callable(meta):
@@ -330,6 +334,7 @@ class OpDef:
         self.dynamic_shape = dynamic_shape
         self.has_variadic = any(i.variadic for i in schema.inputs)  # gradients come back as lists
         self.no_error_samples = no_error_samples
+        self.origin = origin  # (file, line) of the declaration, for `python -m flow op`
 
     def __repr__(self) -> str:
         return f"<op {self.schema}>"
