@@ -457,3 +457,30 @@ def test_graph_mode_rejects_tensors_of_an_array_kind_clearly():
     x, _ = mirrored(1, 3)
     with pytest.raises(GraphTraceError, match="input 0 is a tensor of array kind"):
         G()(x)
+
+    class H(nn.Graph):
+        def build(self, y):
+            return y + x  # x: captured, would be a constant
+
+    with pytest.raises(GraphTraceError, match="captured by build .a constant of the graph. is a tensor of array kind"):
+        H()(flow.ones(1, 3))
+
+
+def test_the_dispatcher_does_not_import_the_op_modules():
+    import ast
+
+    from flow import _dispatch
+
+    tree = ast.parse(open(_dispatch.__file__).read())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    assert not [m for m in names if m == "flow.ops" or m.startswith("flow.ops.")]
+
+
+def test_casts_of_the_dispatcher_go_through_array_kinds():
+    x, a = mirrored(3)
+    y = x + flow.tensor([1, 2, 3])  # int64 + float32: the dispatcher casts the int tensor
+    assert is_mirrored(y) and y.dtype is flow.float32
+    z = flow.tensor([1, 2, 3]) * x.to(flow.float64)  # the mirrored tensor itself is cast
+    assert is_mirrored(z) and z.dtype is flow.float64 and "cast" in SEEN
+    np.testing.assert_allclose(z.numpy(), a.astype(np.float64) * [1, 2, 3])

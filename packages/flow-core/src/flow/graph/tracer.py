@@ -229,6 +229,7 @@ class Tracer:
         c = self._consts.get(id(x))
         if c is not None and c[1] is d and c[2] == x._version[0]:
             return c[3]
+        _check_plain(d, "a tensor captured by build (a constant of the graph)")
         arr = d.copy() if isinstance(d, np.ndarray) else d
         v = self.ir.add_constant(arr, x.dtype, x.device)
         self._consts[id(x)] = (x, d, x._version[0], v)
