@@ -25,17 +25,24 @@ def _attr(v) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
+def _vattrs(v: Value) -> str:
+    """A value's per-value attributes (SBP, AMP dtype, ...) as `` {k=v, ...}``, or nothing."""
+    if not v.attrs:
+        return ""
+    return " {" + ", ".join(f"{k}={_attr(x)}" for k, x in v.attrs.items()) + "}"
+
+
 def format_ir(ir: GraphIR, max_nodes: int | None = None) -> str:
     """The IR as text: inputs, states, host values, one line per node (with its source line), updates."""
     L = [f"graph {ir.name} ({len(ir.inputs)} inputs, {len(ir.states)} states, {len(ir.hosts)} host values, "
          f"{len(ir.constants)} constants, {len(ir.nodes)} nodes)"]
     for v in ir.inputs:
-        L.append(f"  %{v.id}: {v.type_str()} = input {v.name}")
+        L.append(f"  %{v.id}: {v.type_str()}{_vattrs(v)} = input {v.name}")
     for v in ir.states:
         spec = ir.state_specs.get(v.id)
-        L.append(f"  %{v.id}: {v.type_str()} = state {v.name} ({spec.kind if spec else '?'})")
+        L.append(f"  %{v.id}: {v.type_str()}{_vattrs(v)} = state {v.name} ({spec.kind if spec else '?'})")
     for v in ir.hosts:
-        L.append(f"  %{v.id}: {v.type_str()} = host {v.name}")
+        L.append(f"  %{v.id}: {v.type_str()}{_vattrs(v)} = host {v.name}")
     shown = set()
     for n in ir.nodes:
         for v in n.input_values():
@@ -45,10 +52,10 @@ def format_ir(ir: GraphIR, max_nodes: int | None = None) -> str:
                 val = ""
                 if isinstance(arr, np.ndarray) and arr.size <= 4:
                     val = " " + np.array2string(arr, precision=4, separator=",").replace("\n", "")
-                L.append(f"  %{v.id}: {v.type_str()} = const{val}")
+                L.append(f"  %{v.id}: {v.type_str()}{_vattrs(v)} = const{val}")
     nodes = ir.nodes if max_nodes is None else ir.nodes[:max_nodes]
     for n in nodes:
-        outs = ", ".join(f"%{o.id}: {o.type_str()}" for o in n.outputs)
+        outs = ", ".join(f"%{o.id}: {o.type_str()}{_vattrs(o)}" for o in n.outputs)
         args = ", ".join(_arg(a) for a in n.inputs)
         attrs = ", ".join(f"{k}={_attr(v)}" for k, v in n.attrs.items())
         extra = []
@@ -116,6 +123,8 @@ def _value_json(v: Value, ir: GraphIR) -> dict:
          "kind": v.kind}
     if v.name:
         d["name"] = v.name
+    if v.attrs:
+        d["attrs"] = _jsonable(v.attrs)
     if v.kind == "state":
         spec = ir.state_specs.get(v.id)
         if spec is not None:

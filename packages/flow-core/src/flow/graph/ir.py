@@ -39,12 +39,18 @@ KINDS = ("input", "state", "host", "const", "node")
 
 
 class Value:
-    """A tensor of the graph: shape, dtype, device and where it comes from."""
+    """A tensor of the graph: shape, dtype, device and where it comes from.
 
-    __slots__ = ("id", "shape", "dtype", "device", "kind", "producer", "index", "name")
+    ``attrs`` holds per-value facts passes attach (flow-dist's SBP, flow-amp's compute dtype):
+    passes that replace or copy a value carry them over (:func:`inherit_attrs`), and the IR dump
+    prints them when there are any.
+    """
+
+    __slots__ = ("id", "shape", "dtype", "device", "kind", "producer", "index", "name", "attrs")
 
     def __init__(self, vid: int, shape: tuple, dtype, device, kind: str, producer=None, index: int = 0,
-                 name: str = "") -> None:
+                 name: str = "", attrs: dict | None = None) -> None:
+        self.attrs: dict = dict(attrs) if attrs else {}
         self.id = vid
         self.shape = tuple(shape)
         self.dtype = dtype
@@ -121,7 +127,7 @@ class SourceLoc:
 class Node:
     """One call of a registered op."""
 
-    __slots__ = ("id", "op", "attrs", "inputs", "outputs", "loc", "scope", "inplace", "tags")
+    __slots__ = ("id", "op", "attrs", "inputs", "outputs", "loc", "scope", "inplace", "tags", "_meta_key")
 
     def __init__(self, nid: int, op, inputs: list, attrs: dict, loc: SourceLoc | None = None, scope: str = "",
                  tags: dict | None = None) -> None:
@@ -134,6 +140,7 @@ class Node:
         self.scope = scope
         self.inplace: dict[int, int] = {}
         self.tags: dict = dict(tags or {})
+        self._meta_key = None  # what flow.graph.meta_check last checked against the meta rule
 
     @property
     def name(self) -> str:
@@ -270,8 +277,9 @@ class GraphIR:
             op = get_op(op)
         attrs = dict(attrs or {})
         ins = [a if a.__class__ in (Value, Lit, list) else Lit(a) for a in inputs]
-        meta_args = [a.value if a.__class__ is Lit else a for a in ins]
-        out = op.meta(*meta_args, **attrs)
+        from flow._dispatch import _meta_inputs
+
+        out = op.meta(*_meta_inputs(tuple(a.value if a.__class__ is Lit else a for a in ins)), **attrs)
         multi = isinstance(out, (tuple, list))
         tags = dict(tags or {})
         if multi:
@@ -322,15 +330,19 @@ class GraphIR:
     # -- rewriting ----------------------------------------------------------------------
     def replace_uses(self, mapping: dict) -> None:
         """Make every reader of value ``old`` (by id) read ``mapping[old.id]`` instead: node inputs,
-        outputs and state updates. Chains (a -> b -> c) are followed."""
+        outputs and state updates. Chains (a -> b -> c) are followed. The replacement inherits the
+        per-value ``attrs`` of the values it replaces (:func:`inherit_attrs`)."""
         if not mapping:
             return
 
         def res(v: Value) -> Value:
             seen = 0
+            old = v
             while v.id in mapping and seen < 10_000:
                 v = mapping[v.id]
                 seen += 1
+            if old.attrs and v is not old:
+                inherit_attrs(old, v)
             return v
 
         for n in self.nodes:
@@ -355,8 +367,10 @@ class GraphIR:
         self.host_specs = {k: s for k, s in self.host_specs.items() if k in used}
         self.constants = {k: a for k, a in self.constants.items() if k in used}
 
-    def verify(self) -> None:
-        """Check the IR is well formed: each value defined once before use, outputs defined, metas sane."""
+    def verify(self, metas: bool = True) -> None:
+        """Check the IR is well formed: each value defined once before use, outputs and updates
+        defined, and (``metas``) each node's recorded output shapes and dtypes equal what its op's
+        meta rule gives for its inputs. Raises :class:`~flow.errors.FlowError` naming the node."""
         from flow.errors import FlowError
 
         defined = {v.id for v in self.inputs} | {v.id for v in self.states} | {v.id for v in self.hosts}
@@ -381,6 +395,18 @@ class GraphIR:
         for s, _ in self.updates:
             if s.id not in state_ids:
                 raise FlowError(f"graph IR: update of %{s.id}, which is not a state input")
+        if metas:
+            from flow.graph.meta_check import check_metas
+
+            check_metas(self)
+
+    def infer_metas(self) -> int:
+        """Re-run every node's meta rule in order and set its outputs' shapes, dtypes and devices
+        from it (after a pass rewrote dtypes or shapes); returns how many values changed. See
+        :func:`flow.graph.meta_check.infer_metas`."""
+        from flow.graph.meta_check import infer_metas
+
+        return infer_metas(self)
 
     # -- text ---------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -398,3 +424,11 @@ def _short_dtype(dt) -> str:
 def flat_inputs(node: Node) -> list:
     """The node's tensor inputs as a flat list (the positions ``inplace`` refers to)."""
     return list(node.input_values())
+
+
+def inherit_attrs(src: Value, dst: Value) -> None:
+    """Give ``dst`` the per-value attributes of ``src`` it does not have (a pass replacing or copying
+    ``src`` by ``dst``: CSE, simplification, constant folding, fusion, recomputation)."""
+    if src.attrs and src is not dst:
+        for k, v in src.attrs.items():
+            dst.attrs.setdefault(k, v)

@@ -16,12 +16,29 @@ def flow_register_ops(registry) -> None:
 
 
 @hookimpl
+def flow_register_tables(registry) -> None:
+    from flow.graph.pass_tables import declare_tables
+
+    declare_tables(registry)
+
+
+@hookimpl
 def flow_register_kernels(registry) -> None:
     from flow.graph import optim_ops
     from flow.graph.passes import fused_program
 
     optim_ops.register_kernels(registry)
     fused_program.register_kernels(registry)
+
+
+@hookimpl
+def flow_register_rules(registry) -> None:
+    from flow.graph import out_variants
+    from flow.graph.pass_tables import PLAN_PHASE_TABLE
+    from flow.graph.passes import memory
+
+    out_variants.register(registry)
+    registry.register_rule(PLAN_PHASE_TABLE, "memory_arena", memory.plan_phase())
 
 
 @hookimpl

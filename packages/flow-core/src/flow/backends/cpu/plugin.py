@@ -2,7 +2,7 @@
 
 The generic NumPy kernels (registered by ``flow.ops``) serve the CPU; this
 plugin overrides the hot ones with native kernels from ``flow._C`` when the
-extension is built.
+extension is built, and fills the graph pass tables for ``cpu`` (:mod:`flow.backends.cpu.fusion`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,15 @@ def flow_register_device_types(registry) -> None:
 
 @hookimpl
 def flow_register_kernels(registry) -> None:
-    from flow.backends.cpu import kernels
+    from flow.backends.cpu import fusion, kernels
 
     kernels.register(registry)
+    fusion.register_kernels(registry)
+
+
+@hookimpl
+def flow_register_rules(registry) -> None:
+    """The CPU's rows of the graph pass tables (fusion lowering to C, NumPy arenas)."""
+    from flow.backends.cpu import fusion
+
+    fusion.register_rules(registry)

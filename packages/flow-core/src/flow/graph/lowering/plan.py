@@ -11,7 +11,8 @@ The edges between steps are the data edges plus, for every in-place node, an edg
 other reader of the buffer it overwrites (and of views of it) to the node. The order steps run
 in comes from the dataflow scheduler (:mod:`flow.graph.dataflow`) simulating one step with a
 buffer per edge: on one CPU thread that is a topological order, which the executor then runs as
-straight-line code.
+straight-line code. Then the plan phases registered in
+:data:`flow.graph.pass_tables.PLAN_PHASE_TABLE` run on it (memory planning's arena).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Step:
     candidates: list = field(default_factory=list)  # [(name, fn)] when there is a choice (autotuning)
     frees: list = field(default_factory=list)
     scalar_out: bool = False  # 0-d output on the CPU: make sure it is an ndarray
+    out_kernel: Callable | None = None  # the kernel's out-variant (takes out=), when it has one
 
 
 @dataclass
@@ -102,6 +104,12 @@ def _kernels(node: Node, autotune: bool):
         if len(cands) < 2:
             cands = []
     return kern, cands, dt, dtype
+
+
+def _out_kernel(node: Node, kern, dt: str, dtype):
+    from flow.graph.pass_tables import out_kernel
+
+    return out_kernel(node.op, dt, dtype, kern)
 
 
 def dependencies(ir: GraphIR) -> dict[int, set[int]]:
@@ -194,7 +202,8 @@ def lower(ir: GraphIR, config=None) -> Plan:
                 args.append(("c", a.value if isinstance(a, Lit) else a))
         outs = [slot(o) for o in n.outputs]
         scalar = dt == "cpu" and len(n.outputs) == 1 and n.outputs[0].ndim == 0
-        steps.append(Step(i, n, kern, args, outs, dict(n.attrs), dt, dtype, cands, scalar_out=scalar))
+        steps.append(Step(i, n, kern, args, outs, dict(n.attrs), dt, dtype, cands, scalar_out=scalar,
+                          out_kernel=None if cands else _out_kernel(n, kern, dt, dtype)))
     deps = {pos[nid]: {pos[d] for d in ds} for nid, ds in deps_by_node.items()}
     output_slots = [slot(v) if isinstance(v, Value) else ("lit", v.value) for v in ir.outputs]
     state_index = {v.id: k for k, v in enumerate(ir.states)}
@@ -217,6 +226,9 @@ def lower(ir: GraphIR, config=None) -> Plan:
         st.frees.sort()
     plan = Plan(ir.name, ir, steps, len(slot_of), input_slots, state_slots, host_slots, const_slots, output_slots,
                 update_slots, deps, names)
-    for hook in ir.meta.get("lowering_hooks", ()):  # passes that work on the plan (memory planning's arena)
-        hook(plan, config)
+    from flow.graph.pass_tables import plan_phases
+
+    for _, phase in plan_phases():  # work on the scheduled plan (memory planning's arena, ...)
+        if phase.applies(plan):
+            phase.run(plan, config)
     return plan

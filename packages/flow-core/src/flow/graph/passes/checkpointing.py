@@ -24,7 +24,7 @@ order where data allows, so the clones run just before they are needed.
 
 from __future__ import annotations
 
-from flow.graph.ir import Lit, Value
+from flow.graph.ir import Lit, Value, inherit_attrs
 
 
 def _in_scope(scope: str, name: str) -> bool:
@@ -122,6 +122,7 @@ def _checkpoint(ir, name: str, seg: list) -> int:
                          n.scope, tags)
         for o, co in zip(n.outputs, c.outputs):
             mapping[o.id] = co
+            inherit_attrs(o, co)  # a recomputed value is the same value (its SBP, its AMP dtype)
         clones.append(c)
     at = pos[first.id]
     ir.nodes[at:at] = clones

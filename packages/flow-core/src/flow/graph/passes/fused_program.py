@@ -14,8 +14,9 @@ kernel caches can key on it:
 * ``reduce``: how many trailing dims of ``shape`` the ``sum``/``mean`` instructions reduce (0:
   none). A reduction only produces an output; its input is an instruction of the group.
 
-Kernels: the CPU backend's native loop (:mod:`flow.backends.cpu.codegen`, registered for ``cpu``)
-and a generic reference kernel that runs each instruction with the op's own reference kernel
+Kernels: each device's lowering (the CPU backend's native loop, :mod:`flow.backends.cpu.fusion`,
+registered for ``cpu``; see :mod:`flow.graph.pass_tables`) and a generic reference kernel that
+runs each instruction with the op's own reference kernel
 (any NumPy-like device; also what a native build falls back to). Both accept ``out=`` (a buffer,
 or one per output with ``None`` for "allocate"), which memory planning uses.
 The op has no gradient: fusion runs on the whole traced step, backward included.
@@ -140,7 +141,7 @@ def evaluate(program: FusedProgram, inputs: list, xp=np) -> list:
     return outs
 
 
-def _store(outs: list, out):
+def store(outs: list, out):
     if out is None:
         return outs[0] if len(outs) == 1 else tuple(outs)
     bufs = (out,) if not isinstance(out, (tuple, list)) else out
@@ -156,25 +157,10 @@ def _store(outs: list, out):
 
 def _reference_kernel(xp):
     def fused_reference(inputs, program, out=None):
-        return _store(evaluate(program, list(inputs), xp), out)
+        return store(evaluate(program, list(inputs), xp), out)
 
     fused_reference.supports_out = True
     return fused_reference
-
-
-def _cpu_kernel(inputs, program, out=None):
-    from flow.backends.cpu import codegen
-
-    k = codegen._KERNELS.get(program.key)
-    if k is None:
-        try:
-            k = codegen.native_kernel(program)
-        except codegen.CodegenError:  # no compiler here (e.g. a plan built elsewhere): the reference
-            return _store(evaluate(program, list(inputs)), out)
-    return k(inputs, out)
-
-
-_cpu_kernel.supports_out = True
 
 
 def _samples():
@@ -218,4 +204,3 @@ def register_op(registry) -> None:
 
 def register_kernels(registry) -> None:
     registry.register_kernel(FUSED_OP, "generic", _reference_kernel)
-    registry.register_kernel(FUSED_OP, "cpu", _cpu_kernel)

@@ -34,7 +34,8 @@ import heapq
 
 import numpy as np
 
-from flow.graph.ir import Lit, Value
+from flow.graph.ir import Lit, Value, inherit_attrs
+from flow.graph.pass_tables import FUSION_TABLE
 from flow.graph.passes.fused_program import FUSED_OP, FusedProgram
 
 _NUM = (bool, int, float, np.bool_, np.integer, np.floating)
@@ -51,10 +52,12 @@ def _dtype_name(v: Value) -> str:
 
 class _Fuser:
     def __init__(self, ir, config) -> None:
-        from flow.backends.cpu import codegen_ops
+        from flow.registry import REGISTRY
 
         self.ir = ir
-        self.ops = codegen_ops
+        table = REGISTRY.tables.get(FUSION_TABLE)
+        self.rules: dict = dict(table.items()) if table is not None else {}  # device type -> FusionRule
+        self.reduction_ops = frozenset().union(*(r.reductions for r in self.rules.values()))
         opts = getattr(config, "options", {}) or {}
         self.min_nodes = int(opts.get("fusion.min_nodes", 2))
         self.max_nodes = int(opts.get("fusion.max_nodes", 64))
@@ -86,36 +89,43 @@ class _Fuser:
         self.groups: dict[int, dict] = {}  # group id -> {"nodes": [ids], "shape", "reduce", "mask"}
 
     # -- what may join a group -----------------------------------------------------------------
-    def _device_ok(self, v: Value) -> bool:
-        return v.device.type == "cpu"
+    def rule(self, v: Value):
+        """The fusion rule of the value's device type (None: that device does not fuse)."""
+        return self.rules.get(v.device.type)
 
     def elementwise(self, n) -> bool:
-        if n.has_side_effects or len(n.outputs) != 1 or n.name not in self.ops.SUPPORTED:
+        if n.has_side_effects or len(n.outputs) != 1:
+            return False
+        out = n.outputs[0]
+        rule = self.rule(out)
+        if rule is None or n.name not in rule.ops:
             return False
         if not (getattr(n.op, "elementwise", False) or n.name in _ELEMENTWISE_EXTRA):
             return False
-        out = n.outputs[0]
-        if _dtype_name(out) not in self.ops.DTYPES or not self._device_ok(out) or out.numel() == 0:
+        if _dtype_name(out) not in rule.dtypes or out.numel() == 0:
             return False
         for a in n.inputs:
             if a.__class__ is Value:
-                if _dtype_name(a) not in self.ops.DTYPES or a.device != out.device:
+                if _dtype_name(a) not in rule.dtypes or a.device != out.device:
                     return False
             elif a.__class__ is list:
                 return False
             elif not isinstance(a.value if isinstance(a, Lit) else a, _NUM):
                 return False
         if n.name == "cast" and _dtype_name(out) == "bool" and n.inputs[0].__class__ is Value \
-                and _dtype_name(n.inputs[0]) not in self.ops.DTYPES:
+                and _dtype_name(n.inputs[0]) not in rule.dtypes:
             return False
-        return self.ops.attrs_supported(n.name, n.attrs)
+        return rule.attrs_supported(n.name, n.attrs)
 
     def reduction_dims(self, n) -> int:
         """Number of trailing dims a fusible sum/mean reduces (0: not fusible)."""
-        if not self.reductions or n.name not in self.ops.REDUCTIONS or n.has_side_effects or len(n.inputs) != 1:
+        if not self.reductions or n.name not in self.reduction_ops or n.has_side_effects or len(n.inputs) != 1:
             return 0
         x = n.inputs[0]
         if x.__class__ is not Value or _dtype_name(x) not in ("float32", "float64") or x.ndim == 0:
+            return 0
+        rule = self.rule(x)
+        if rule is None or n.name not in rule.reductions or _dtype_name(x) not in rule.dtypes:
             return 0
         if n.outputs[0].dtype is not x.dtype:
             return 0
@@ -168,7 +178,7 @@ class _Fuser:
                     p = v.producer
                     g = self.group_of.get(p.id) if p is not None else None
                     if g is not None and g not in gids and self.groups[g]["shape"] == shape and \
-                            self.by_id[p.id].name not in self.ops.REDUCTIONS and self.phase[p.id] == self.phase[n.id]:
+                            self.by_id[p.id].name not in self.reduction_ops and self.phase[p.id] == self.phase[n.id]:
                         gids.append(g)
                 if gids and self._join(n, gids, shape):
                     continue
@@ -181,12 +191,12 @@ class _Fuser:
                 p = n.inputs[0].producer
                 g = self.group_of.get(p.id) if p is not None else None
                 if g is not None and self.groups[g]["shape"] == n.inputs[0].shape and \
-                        self.by_id[p.id].name not in self.ops.REDUCTIONS:
+                        self.by_id[p.id].name not in self.reduction_ops:
                     self._join(n, [g], n.inputs[0].shape, r)
         out = []
         for g in self.groups.values():
             nodes = self._trim([self.by_id[i] for i in sorted(g["nodes"], key=self.pos.__getitem__)])
-            if not any(n.name in self.ops.REDUCTIONS for n in nodes):
+            if not any(n.name in self.reduction_ops for n in nodes):
                 g["reduce"] = 0
             if len(nodes) < self.min_nodes:
                 continue
@@ -224,7 +234,8 @@ class _Fuser:
         p = v.producer
         if p is not None and p.name == "expand" and not p.has_side_effects and p.inputs[0].__class__ is Value:
             u = p.inputs[0]
-            if _dtype_name(u) in self.ops.DTYPES and u.device == v.device:
+            rule = self.rule(u)
+            if rule is not None and _dtype_name(u) in rule.dtypes and u.device == v.device:
                 return u
         return v
 
@@ -240,7 +251,7 @@ class _Fuser:
                     if a.id in idx:
                         args.append(("t", idx[a.id]))
                         continue
-                    src = self._source(a) if n.name not in self.ops.REDUCTIONS else a
+                    src = self._source(a) if n.name not in self.reduction_ops else a
                     k = in_index.get(src.id)
                     if k is None:
                         k = in_index[src.id] = len(inputs)
@@ -252,7 +263,7 @@ class _Fuser:
             idx[o.id] = len(instrs)
             instrs.append((n.name, tuple(args), tuple(sorted(n.attrs.items())), _dtype_name(o)))
             outside = o.id in roots or any(u.id not in ids for u in users.get(o.id, ()))
-            if outside or n.name in self.ops.REDUCTIONS:
+            if outside or n.name in self.reduction_ops:
                 outputs.append(idx[o.id])
                 out_values.append(o)
         prog = FusedProgram(tuple(shape), tuple((tuple(v.shape), _dtype_name(v)) for v in inputs), tuple(instrs),
@@ -262,25 +273,19 @@ class _Fuser:
 
 def fusion(ir, config=None):
     """Fuse groups of elementwise nodes into ``fused_elementwise`` nodes (see the module docstring)."""
-    from flow.backends.cpu import codegen
     from flow.graph.passes.dce import dce
     from flow.registry import get_op
 
     f = _Fuser(ir, config)
-    groups = f.find_groups()
-    if not groups:
-        _note(ir, "no groups to fuse")
-        return ir
-    if codegen.find_compiler() is None:
-        _note(ir, f"{len(groups)} groups left unfused: no C compiler found (looked for $FLOW_CC, $CC, cc, gcc, clang)")
+    found = f.find_groups()
+    if not found:
+        _note(ir, "no groups to fuse" if f.rules else "no device registered a fusion rule")
         return ir
     users = ir.users()
     roots = {v.id for v in ir.live_roots()}
-    built = [f.program(nodes, shape, red, users, roots) for nodes, shape, red in groups]
-    try:
-        codegen.build([b[0] for b in built])
-    except Exception as e:  # never fail a compilation over fusion: run the ops unfused
-        _note(ir, f"{len(groups)} groups left unfused: {e if isinstance(e, codegen.CodegenError) else repr(e)}")
+    groups, built, notes = _lower_by_device(f, found, users, roots)
+    if not groups:
+        _note(ir, "; ".join(notes))
         return ir
     op = get_op(FUSED_OP)
     mapping, dead, key, members = {}, set(), {}, {}
@@ -294,6 +299,7 @@ def fusion(ir, config=None):
                             last.scope, tags)
         for o, new in zip(out_values, node.outputs):
             mapping[o.id] = new
+            inherit_attrs(o, new)
         dead.update(n.id for n in nodes)
         key[node.id] = max(f.pos[n.id] for n in nodes)
         members[node.id] = [n.id for n in nodes]
@@ -301,9 +307,35 @@ def fusion(ir, config=None):
     ir.replace_uses(mapping)
     _reorder(ir, f, dead, key, members)
     dce(ir, config)
-    _note(ir, f"{len(groups)} groups: {sum(len(g[0]) for g in groups)} nodes -> {len(groups)} fused nodes "
-              f"({n_before} -> {len(ir.nodes)} nodes)")
+    _note(ir, "; ".join([f"{len(groups)} groups: {sum(len(g[0]) for g in groups)} nodes -> {len(groups)} fused "
+                         f"nodes ({n_before} -> {len(ir.nodes)} nodes)"] + notes))
     return ir
+
+
+def _lower_by_device(f: _Fuser, found: list, users: dict, roots: set) -> tuple[list, list, list]:
+    """Programs of the groups, lowered by each device's fusion rule (all of a device's programs at
+    once). A device whose rule is unavailable or whose lowering fails keeps its groups unfused."""
+    by_dev: dict = {}
+    for g in found:
+        by_dev.setdefault(g[0][-1].outputs[0].device.type, []).append(g)
+    groups, built, notes = [], [], []
+    for dev, gs in by_dev.items():
+        rule = f.rules[dev]
+        why = rule.unavailable()
+        if why is None and rule.lower is None:
+            why = "the device's fusion rule has no lowering"
+        if why is not None:
+            notes.append(f"{len(gs)} groups on {dev} left unfused: {why}")
+            continue
+        progs = [f.program(nodes, shape, red, users, roots) for nodes, shape, red in gs]
+        try:
+            rule.lower([p[0] for p in progs])
+        except Exception as e:  # never fail a compilation over fusion: run the ops unfused
+            notes.append(f"{len(gs)} groups on {dev} left unfused: {e if isinstance(e, RuntimeError) else repr(e)}")
+            continue
+        groups += gs
+        built += progs
+    return groups, built, notes
 
 
 def _reorder(ir, f: _Fuser, dead: set, key: dict, members: dict) -> None:

@@ -3,20 +3,23 @@
 The pass ``memory_planning`` (last in the pipeline) works in two parts:
 
 1. **In-place reuse** (on the IR): an elementwise node whose kernel takes ``out=`` (NumPy ufuncs,
-   ``fused_elementwise``) writes its output into the buffer of an input when that input has the
-   output's shape and dtype, is a fresh buffer made by a node of the step (not a graph input, state,
-   constant or view, nor the output of an in-place node), is not returned or written to a state,
-   and this node is its last reader, also through views of it (in program order). The node gets
-   ``inplace = {out: in}`` (lowering then orders every other reader first) and
-   ``tags["out_inplace"]``; the executor passes the input as ``out=``.
-2. **The arena** (a lowering hook, on the plan, so it always matches the schedule and the plan's
-   outputs): liveness over the plan's slots, where a view (``ALIASING_OPS``: reshape, permute,
-   expand, ...) or an in-place result shares its base buffer, whose lifetime extends over every
-   use of them; then every value a kernel can write with ``out=`` (ufuncs, fused kernels, and the
-   generic ``matmul``/``linear`` kernels through out-variants) gets an offset in one ``uint8``
-   buffer, by greedy best-fit over lifetime intervals (largest first, 64-byte aligned). Values
-   returned to the caller or written to states, 0-d values, non-CPU values and the outputs of
-   kernels without ``out=`` stay outside the arena and are accounted for separately.
+   ``fused_elementwise``, kernels declared with an out-variant) writes its output into the buffer
+   of an input when that input has the output's shape and dtype, is a fresh buffer made by a node
+   of the step (not a graph input, state, constant or view, nor the output of an in-place node), is
+   not returned or written to a state, and this node is its last reader, also through views of it
+   (in program order). The node gets ``inplace = {out: in}`` (lowering then orders every other
+   reader first) and ``tags["out_inplace"]``; the executor passes the input as ``out=``.
+2. **The arenas** (the plan phase ``memory_arena``, on the lowered plan, so they always match the
+   schedule and the plan's outputs): liveness over the plan's slots, where a view
+   (``ALIASING_OPS``: reshape, permute, expand, ...) or an in-place result shares its base buffer,
+   whose lifetime extends over every use of them; then every value a kernel can write with
+   ``out=`` gets an offset in one ``uint8`` buffer per device, by greedy best-fit over lifetime
+   intervals (largest first, 64-byte aligned). Values returned to the caller or written to
+   states, 0-d values, the outputs of kernels without ``out=`` and values on devices without an
+   :class:`~flow.graph.pass_tables.ArenaRule` stay outside and are accounted for separately.
+
+Both parts run for every device type that registered an ``ArenaRule`` (the CPU does); out-variants
+are declared with the kernels (``register_kernel(..., out=)``), see :mod:`flow.graph.pass_tables`.
 
 :func:`memory_report` gives the peak bytes of intermediate values with and without planning (the
 executor without planning frees each value after its last reader; views keep their base alive).
@@ -30,70 +33,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flow.graph.lowering.plan import ALIASING_OPS
+from flow.graph.pass_tables import arena_rule, out_kernel
+from flow.graph.pass_tables import supports_out as _supports_out
 
 ALIGN = 64
-# kernels written as NumPy calls that have an exact out= variant (the same NumPy/BLAS call)
-def _linear_out(x, w, b=None, out=None):
-    out = np.matmul(x, w.T, out=out)
-    if b is not None:
-        out += b
-    return out
-
-
-def _relu_out(x, out=None):
-    return np.maximum(x, x.dtype.type(0), out=out)
-
-
-def _cast_out(x, dtype, out=None):
-    if out is None:
-        from flow import _dtype as D
-
-        return x.astype(D.as_dtype(dtype).np)
-    np.copyto(out, x, casting="unsafe")
-    return out
-
-
-def _cat_out(tensors, dim=0, out=None):
-    return np.concatenate(tensors, axis=dim, out=out)
-
-
-def _sum_out(x, dim=None, keepdim=False, out=None):
-    from flow.ops.reduction import axes
-
-    if x.dtype in (np.float32, np.float64):
-        return np.sum(x, axis=axes(x, dim), keepdims=keepdim, out=out)
-    from flow.ops.reduction import _sum_kernel
-
-    r = _sum_kernel(np)(x, dim, keepdim)
-    if out is None:
-        return r
-    out[...] = r
-    return out
-
-
-_OUT_VARIANTS = {
-    ("flow.ops.shape_ops", "_cat_kernel"): _cat_out,
-    ("flow.ops.reduction", "_sum_kernel"): _sum_out,
-    ("flow.ops.linalg", "_matmul_kernel"): lambda a, b, out=None: np.matmul(a, b, out=out),
-    ("flow.ops.linalg", "_linear_kernel"): _linear_out,
-    ("flow.ops.unary", "_relu_kernel"): _relu_out,
-    ("flow.ops.arith", "_div_kernel"): lambda a, b, out=None: np.true_divide(a, b, out=out),
-    ("flow.ops.conversion", "_cast_kernel"): _cast_out,
-}
-for _fn in _OUT_VARIANTS.values():
-    _fn.supports_out = True
 
 
 def supports_out(kernel) -> bool:
-    return isinstance(kernel, np.ufunc) or bool(getattr(kernel, "supports_out", False))
+    return _supports_out(kernel)
 
 
-def out_variant(kernel):
-    """A kernel taking ``out=`` that computes exactly what ``kernel`` does, or None."""
-    if supports_out(kernel):
-        return kernel
-    q = getattr(kernel, "__qualname__", "").split(".<locals>")[0]
-    return _OUT_VARIANTS.get((getattr(kernel, "__module__", ""), q))
+def out_variant(step):
+    """The kernel of a plan step that takes ``out=`` (declared with the kernel), or None."""
+    return getattr(step, "out_kernel", None)
 
 
 def _nbytes(v) -> int:
@@ -215,11 +167,16 @@ def _kernel(node):
         return None
     if len({e.name for e in cands}) > 1:  # autotuned: every candidate would need out=
         return None
-    return k
+    return out_kernel(node.op, first.device.type, first.dtype, k)
+
+
+def _inplace_device(v) -> bool:
+    rule = arena_rule(v.device.type)
+    return rule is not None and rule.inplace
 
 
 def memory_planning(ir, config=None):
-    """In-place reuse on the IR, and the arena hook for lowering (see the module docstring)."""
+    """In-place reuse on the IR; the arena follows as a plan phase (see the module docstring)."""
     steps = ir_steps(ir)
     roots = [v.id for v in ir.live_roots()]
     base, _, last = liveness(steps, roots)
@@ -238,10 +195,9 @@ def memory_planning(ir, config=None):
         elementwise = getattr(n.op, "elementwise", False) or n.name == "fused_elementwise"
         if n.inplace or n.has_side_effects or not elementwise:
             continue
-        if any(o.device.type != "cpu" for o in n.outputs):
+        if not all(_inplace_device(o) for o in n.outputs):
             continue
         k = _kernel(n)
-        k = out_variant(k) if k is not None else None
         if k is None or (len(n.outputs) > 1 and not getattr(k, "supports_out", False)):
             continue
         flat = list(n.input_values())
@@ -271,9 +227,6 @@ def memory_planning(ir, config=None):
     opts = getattr(config, "options", None) or {}
     ir.meta["memory_planning"] = {"alignment": int(opts.get("memory_planning.alignment", ALIGN)), "inplace": reused,
                                   "slack": float(opts.get("memory_planning.slack", 0.02))}
-    hooks = ir.meta.setdefault("lowering_hooks", [])
-    if plan_memory not in hooks:
-        hooks.append(plan_memory)
     ir.meta.setdefault("pass_notes", {})["memory_planning"] = f"{reused} outputs written in place of a dead input"
     return ir
 
@@ -281,23 +234,31 @@ def memory_planning(ir, config=None):
 # -- the arena (on the plan) ------------------------------------------------------------------------
 @dataclass
 class MemoryPlan:
-    """Where each planned value lives: arena offsets, and the ``out=`` argument of each step."""
+    """Where each planned value lives: arena offsets, and the ``out=`` argument of each step.
 
-    arena_bytes: int
+    One arena per device (``arenas``: device name -> bytes, allocated by the device's
+    :class:`~flow.graph.pass_tables.ArenaRule` when the executor binds the plan)."""
+
+    arena_bytes: int  # all arenas together
     alignment: int
-    slots: dict  # slot -> (offset, shape, numpy dtype)
+    slots: dict  # slot -> (device name, offset, shape, numpy dtype)
     out_args: dict  # step index -> [code for each output or None]
     report: dict = field(default_factory=dict)
-    arena: np.ndarray | None = None
+    arenas: dict = field(default_factory=dict)  # device name -> bytes
+    devices: dict = field(default_factory=dict)  # device name -> device type name
+    buffers: dict = field(default_factory=dict)  # device name -> the arena array, once bound
+
+    @property
+    def arena(self):
+        """The arena array when the plan has one (one device), else None."""
+        return next(iter(self.buffers.values())) if len(self.buffers) == 1 else None
 
     def bind(self, env: dict) -> None:
-        """Allocate the arena and put a view for each planned slot into the executor's globals."""
-        raw = np.empty(self.arena_bytes + self.alignment, np.uint8)
-        shift = (-raw.ctypes.data) % self.alignment
-        self.arena = raw[shift:shift + self.arena_bytes]
-        for s, (off, shape, dt) in self.slots.items():
-            n = int(np.prod(shape)) * dt.itemsize
-            env[f"_b{s}"] = self.arena[off:off + n].view(dt).reshape(shape)
+        """Allocate the arenas and put a view for each planned slot into the executor's globals."""
+        rules = {d: arena_rule(t) for d, t in self.devices.items()}
+        self.buffers = {d: rules[d].allocate(n, self.alignment) for d, n in self.arenas.items()}
+        for s, (d, off, shape, dt) in self.slots.items():
+            env[f"_b{s}"] = rules[d].view(self.buffers[d], off, shape, dt)
 
     def out_arg(self, index: int) -> str | None:
         outs = self.out_args.get(index)
@@ -334,7 +295,7 @@ def _roots(plan) -> list:
 
 
 def plan_memory(plan, config=None) -> None:
-    """Lowering hook: liveness over the plan's slots, then arena offsets for the values kernels can
+    """Plan phase: liveness over the plan's slots, then arena offsets for the values kernels can
     write with ``out=``; sets ``plan.memory`` (a :class:`MemoryPlan`)."""
     info = plan.ir.meta.get("memory_planning") or {}
     align = int(info.get("alignment", ALIGN))
@@ -349,7 +310,7 @@ def plan_memory(plan, config=None) -> None:
     cands, out_args = [], {}
     for st in plan.steps:
         n = st.node
-        kern = None if st.candidates else out_variant(st.kernel)
+        kern = None if st.candidates else out_variant(st)
         args = [None] * len(st.outs)
         if kern is not None:
             for j, i in n.tags.get("out_inplace", {}).items():
@@ -359,7 +320,9 @@ def plan_memory(plan, config=None) -> None:
             v = slot_value.get(s)
             if args[j] is not None or kern is None or v is None or (len(st.outs) > 1 and not multi_ok):
                 continue
-            if base.get(s) != s or s in root_bases or v.ndim == 0 or v.numel() == 0 or v.device.type != "cpu":
+            if base.get(s) != s or s in root_bases or v.ndim == 0 or v.numel() == 0:
+                continue
+            if arena_rule(v.device.type) is None:  # the device has no arena (flow.graph.pass_tables)
                 continue
             if np.dtype(v.dtype.np).kind not in "biuf" or st.scalar_out:
                 continue
@@ -374,21 +337,46 @@ def plan_memory(plan, config=None) -> None:
     tries = []
     for frac in (1.0, 0.5, 0.25, 0.0):
         chosen = by_size[:int(round(len(by_size) * frac))]
-        offsets, size = allocate([(a, b, c) for _, a, b, c, *_ in chosen], align)
-        tries.append((size + _simulate(plan, steps, base, last, {c[0] for c in chosen}), chosen, offsets, size))
+        offsets, arenas, size = _allocate_by_device(chosen, align)
+        tries.append((size + _simulate(plan, steps, base, last, {c[0] for c in chosen}), chosen, offsets, arenas,
+                      size))
     low = min(t[0] for t in tries)
-    _, cands, offsets, size = next(t for t in tries if t[0] <= low * (1 + slack))
-    slots = {}
+    _, cands, offsets, arenas, size = next(t for t in tries if t[0] <= low * (1 + slack))
+    slots, devices = {}, {}
     for (s, _, _, _, st, j, v), off in zip(cands, offsets):
-        slots[s] = (off, tuple(v.shape), np.dtype(v.dtype.np))
+        slots[s] = (str(v.device), off, tuple(v.shape), np.dtype(v.dtype.np))
+        devices[str(v.device)] = v.device.type
         out_args[st.index][j] = f"_b{s}"
     for st in plan.steps:
         if any(a is not None for a in out_args.get(st.index, ())) and not supports_out(st.kernel):
-            st.kernel = out_variant(st.kernel)
+            st.kernel = out_variant(st)
     out_args = {i: a for i, a in out_args.items() if any(x is not None for x in a)}
-    mp = MemoryPlan(size, align, slots, out_args)
+    mp = MemoryPlan(size, align, slots, out_args, arenas=arenas, devices=devices)
     plan.memory = mp
     mp.report = memory_report(plan)
+
+
+def _allocate_by_device(chosen: list, align: int) -> tuple[list, dict, int]:
+    """Offsets of the chosen values in one arena per device; their sizes; the total."""
+    by_dev: dict = {}
+    for k, c in enumerate(chosen):
+        by_dev.setdefault(str(c[6].device), []).append(k)
+    offsets = [0] * len(chosen)
+    arenas = {}
+    for dev, ks in by_dev.items():
+        offs, size = allocate([chosen[k][1:4] for k in ks], align)
+        for k, off in zip(ks, offs):
+            offsets[k] = off
+        arenas[dev] = size
+    return offsets, arenas, sum(arenas.values())
+
+
+def plan_phase():
+    """The arena as a plan phase: it runs on plans whose IR went through ``memory_planning``."""
+    from flow.graph.pass_tables import PlanPhase
+
+    return PlanPhase(plan_memory, lambda plan: "memory_planning" in plan.ir.meta, order=100,
+                     doc="memory planning's arena: offsets and out= arguments")
 
 
 def _simulate(plan, steps, base, last, skip: set) -> int:
