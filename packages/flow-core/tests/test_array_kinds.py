@@ -484,3 +484,26 @@ def test_casts_of_the_dispatcher_go_through_array_kinds():
     z = flow.tensor([1, 2, 3]) * x.to(flow.float64)  # the mirrored tensor itself is cast
     assert is_mirrored(z) and z.dtype is flow.float64 and "cast" in SEEN
     np.testing.assert_allclose(z.numpy(), a.astype(np.float64) * [1, 2, 3])
+
+
+def test_tensors_on_different_devices_reach_the_handler_then_fail_if_it_declines():
+    from flow.errors import OpError
+
+    got = []
+
+    def handler(op, inputs, attrs):
+        got.append([t.device.type for t in inputs[0]])
+        return NotImplemented if len(got) > 1 else flow.zeros(3)
+
+    class Other:  # a kind on the meta device
+        shape, ndim, size, dtype, device = (1,), 1, 1, np.dtype(np.float32), "meta"
+
+    K.register_array_kind(Other, handler)
+    try:
+        parts = [flow.ones(1), flow.ones(1), K.wrap(Other())]
+        assert flow.cat(parts).shape == (3,)  # answered by the handler: devices are its business
+        with pytest.raises(OpError, match="same device"):
+            flow.cat(parts)  # declined: the usual error
+        assert got == [["cpu", "cpu", "meta"]] * 2
+    finally:
+        K.unregister_array_kind(Other)

@@ -211,6 +211,8 @@ def execute(op, inputs: tuple, attrs: dict):
             r = _to_kinds(op, inputs, attrs)
             if r is not NotImplemented:
                 return r
+            if kinds == 2:
+                raise _device_mismatch(op, inputs)
         dev = first.device
         if em:
             sig.append(dev._str)
@@ -296,10 +298,11 @@ def _to_kinds(op, inputs: tuple, attrs: dict):
 
 def _gather(op, inputs: tuple, em: bool):
     """The general case of :func:`execute`: any mix of tensors, tensor lists and other values.
-    The last result says whether an input's array is of a registered array kind."""
+    The last result says whether an input's array is of a registered array kind (1; 2 when the
+    tensors are on different devices too)."""
     first = None
     needs_grad = False
-    kinds = False
+    kinds = mismatch = False
     arrays = []
     sig = [] if em else None
     for x in inputs:
@@ -309,8 +312,8 @@ def _gather(op, inputs: tuple, em: bool):
                 kinds = True
             if first is None:
                 first = x
-            elif x.device is not first.device and not kinds:
-                raise _device_mismatch(op, inputs)
+            elif x.device is not first.device:
+                mismatch = True
             if x._requires_grad:
                 needs_grad = True
             arrays.append(a)
@@ -328,8 +331,8 @@ def _gather(op, inputs: tuple, em: bool):
                     kinds = True
                 if first is None:
                     first = t
-                elif t.device is not first.device and not kinds:
-                    raise _device_mismatch(op, inputs)
+                elif t.device is not first.device:
+                    mismatch = True
                 if t._requires_grad:
                     needs_grad = True
                 seq.append(a)
@@ -343,6 +346,10 @@ def _gather(op, inputs: tuple, em: bool):
                 sig.append(x.__class__)
     if first is None:
         raise OpTypeError(op.name, "expected at least one Tensor input")
+    if mismatch:
+        if not kinds:
+            raise _device_mismatch(op, inputs)
+        kinds = 2  # tensors of array kinds may mix devices if their handler answers; else an error
     return first, needs_grad, arrays, sig, kinds
 
 
