@@ -5,7 +5,8 @@ It uses the same hooks as any third-party plugin; the specs come from the
 
 The op modules are found, not listed: every public module of the ``flow.ops``
 package (its directory, walked once when the plugins load) is imported, and
-importing one records its ops. A new op module is picked up by being there.
+importing one records its ops and kernels. A new op module is picked up by
+being there.
 ``import flow`` is not slowed: nothing here runs before a registry is first used,
 and ``import flow`` already imports nearly all of these modules.
 """
@@ -17,9 +18,10 @@ import pkgutil
 
 from flow.plugins import hookimpl
 
-# Modules outside the flow.ops package that declare core ops with ``defop`` (none today);
-# names of modules inside it may be listed too, they are imported once either way.
-OP_MODULES: tuple[str, ...] = ()
+# Modules outside the flow.ops package that declare core ops with ``defop`` (dropout declares its mask op
+# next to the functions that draw it); names of modules inside it may be listed too, they are imported
+# once either way.
+OP_MODULES: tuple[str, ...] = ("flow.nn.functional.dropout",)
 
 # Modules of flow.ops that are machinery, not op declarations (underscore modules are skipped too).
 _NOT_OP_MODULES = frozenset({"plugin"})
