@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow.graph.ir import Value
+from flow.graph.ir import Value, inherit_attrs
 
 
 def reference_kernel(op, dtype):
@@ -85,6 +85,7 @@ def constant_folding(ir, config=None):
 
                     a = get_device_type(o.device.type).from_host(a, o.device.index)
                 mapping[o.id] = ir.add_constant(a, o.dtype, o.device, name=f"folded {n.name}")
+                inherit_attrs(o, mapping[o.id])
             dead.add(n.id)
     ir.replace_uses(mapping)
     ir.remove_nodes(dead)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow.graph.ir import Lit, Value
+from flow.graph.ir import Lit, Value, inherit_attrs
 
 _SMALL_CONST = 4096  # constants up to this many bytes are merged by content
 
@@ -71,6 +71,7 @@ def cse(ir, config=None):
             continue
         for o, p in zip(n.outputs, prev.outputs):
             mapping[o.id] = p
+            inherit_attrs(o, p)
         dead.add(n.id)
     ir.replace_uses(mapping)
     ir.remove_nodes(dead)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow.graph.ir import Lit, Value
+from flow.graph.ir import Lit, Value, inherit_attrs
 
 
 def _const_all(ir, a, value) -> bool:
@@ -100,6 +100,7 @@ def simplify(ir, config=None):
             same = _identity_of(ir, n)
             if same is not None and same.id not in mutated:
                 mapping[n.outputs[0].id] = same
+                inherit_attrs(n.outputs[0], same)  # its readers are rewired here, before replace_uses
                 changed = True
                 continue
             x = n.inputs[0] if n.inputs else None
