@@ -3,10 +3,11 @@
 Runs on the whole step (forward, backward and update traced together), after ``dce`` and
 ``activation_checkpointing``, before ``memory_planning``. A group:
 
-* is a connected set of pure elementwise nodes with one iteration shape (every member's output
-  has it): ``add sub mul div neg exp log tanh sigmoid relu gelu where maximum minimum pow``,
-  comparisons, casts, ... (:data:`flow.backends.cpu.codegen_ops.SUPPORTED`), float32/float64
-  values (bool masks inside), with scalar constants baked in;
+* is a connected set of pure elementwise nodes on one device with one iteration shape (every
+  member's output has it), of the ops and dtypes the device's fusion rule lists (the
+  ``graph_fusion`` table, :mod:`flow.graph.pass_tables`; on the CPU ``add sub mul div neg exp log
+  tanh sigmoid relu gelu where maximum minimum pow``, comparisons, casts, ..., float32/float64
+  values with bool masks inside), with scalar constants baked in;
 * reads its other inputs with NumPy broadcasting (an ``expand`` node in front of a member is
   absorbed: the group reads the small tensor);
 * may end in ``sum``/``mean`` over trailing dims of the iteration shape (``fusion.reductions``);
@@ -22,10 +23,11 @@ Runs on the whole step (forward, backward and update traced together), after ``d
   output (smaller groups cost more in call overhead than they save), at most ``fusion.max_nodes``.
 
 Every value of the group that is read outside it (or is a graph output / state update) becomes an
-output of the fused node, so nothing is recomputed. The CPU kernel is generated C (see
-:mod:`flow.backends.cpu.codegen`); the pass compiles all groups of the graph at once and, if
-there is no C compiler or compiling fails, leaves the graph unfused and says why in
-``ir.meta["pass_notes"]["fusion"]`` (printed by ``graph.debug()``).
+output of the fused node, so nothing is recomputed. Each device's rule lowers all of that
+device's groups at once (``FusionRule.lower``; the CPU generates and compiles C,
+:mod:`flow.backends.cpu.codegen`); when the rule is unavailable (no C compiler) or lowering fails,
+that device's groups stay unfused and ``ir.meta["pass_notes"]["fusion"]`` says why (printed by
+``graph.debug()``).
 """
 
 from __future__ import annotations
