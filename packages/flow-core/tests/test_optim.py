@@ -472,24 +472,24 @@ def test_with_nn_module_checkpoint_and_dtype_change(tmp_path):
 def test_updates_in_bounded_runs_are_the_same(monkeypatch, make, scratch):
     """Runs of at most GRAD_CHUNK elements (a larger parameter alone) give bit-identical updates, and the
     gradient scratch buffer holds one run, not the whole bucket."""
-    from flow.optim import _flat
+    from flow.optim import _flat, _foreach
 
     init, grads = data(shapes=[(3, 4), (5,), (9,), (2, 2), (4,)])
 
     def train(chunk):
         monkeypatch.setattr(_flat, "GRAD_CHUNK", chunk)
+        monkeypatch.setattr(_foreach._LOCAL, "scratch", {})  # the update kernels' scratch, fresh
         ps = flow_params(init)
         opt = make(ps)
         for gs in grads:
             for p, g in zip(ps, gs):
                 p.grad = flow.tensor(g)
             opt.step()
-        (b,) = opt._buckets(0)
-        return [p.detach().numpy().copy() for p in ps], b
+        return [p.detach().numpy().copy() for p in ps], _foreach.thread_scratch(np, np.float32)
 
     whole, b_whole = train(1 << 20)
     chunked, b_chunked = train(10)
-    sizes = lambda b: (b.scratch.size("grad"), b.scratch.size("param"))  # noqa: E731
+    sizes = lambda s: (s.size("grad"), s.size("param"))  # noqa: E731
     assert sizes(b_whole) == ((34, 34) if scratch[0] else (0, 0)) and sizes(b_chunked) == scratch
     for a, c in zip(whole, chunked):
         assert np.array_equal(a, c)

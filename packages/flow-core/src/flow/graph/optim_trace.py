@@ -1,31 +1,34 @@
-"""Tracing ``optimizer.step()`` and dropout: what the tracer installs while build runs.
+"""Optimizers in a traced step: their states and host values become graph state and host inputs.
 
-``optimizer.step()`` records one fused update op per parameter group and dtype bucket (see
-:mod:`flow.graph.optim_ops` for the ops), with the optimizer's state buffers as state inputs
-bound to the live flat state buffers (the parameters themselves are state tensors: their live
-arrays, updated in place), the learning rate and step counts as host inputs fed before
-each run, and an effect that bumps the step counters after it. Dropout's host-drawn mask
-becomes the ``bernoulli_mask`` op.
+``optimizer.step()`` runs as in eager mode while ``build`` is traced: it calls the update ops of
+:mod:`flow.ops.optim` through the dispatcher, and the tracer (an interceptor) records them like
+any op. What this module does is bind the optimizer's tensors before tracing and finish after:
+
+- :func:`prepare` (before tracing): the flat buckets and state buffers exist, as an eager step
+  makes them.
+- :class:`OptimizerBinding` (while tracing): each parameter's state view (``exp_avg`` ...) is a
+  state input bound to the live flat state buffer, the learning rate and the step / first-step /
+  present values the ops take are host inputs fed before each run (so LR schedules need no
+  recompilation); the host-side bookkeeping the traced ``step()`` did (step counters, present
+  flags) is undone when tracing ends, and each update node gets an effect that does it after
+  every run instead. Update nodes are marked in place (their kernels write each output into its
+  input's buffer; lowering orders every reader of the old values first) and tagged ``optimizer``.
+- :func:`sync` (before each run): options changed since the last run are checked again and
+  replaced parameter arrays are taken.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
 
 import numpy as np
 
-import flow
-from flow import _dtype as D
 from flow.errors import FlowError
 from flow.graph.ir import Effect
 from flow.graph.symbolic import GraphTraceError
 from flow.ops.meta import TensorMeta
-
-
-def traced_keep_mask(input, shape, p: float, scale: float):
-    """Graph-mode replacement of dropout's host-drawn mask: the ``bernoulli_mask`` op."""
-    return flow.ops.call("bernoulli_mask", input, shape=tuple(int(s) for s in shape), p=float(p),
-                         scale=float(scale))
+from flow.ops.optim import UPDATE_OPS, inplace_outputs
 
 
 def prepare(opt) -> None:
@@ -34,7 +37,7 @@ def prepare(opt) -> None:
         names = opt._state_names(group)
         for b in opt._buckets(gi):
             for name, fill in names.items():
-                b.state(name, fill)
+                b.state_views(name, fill)
 
 
 def sync(opt) -> None:
@@ -51,7 +54,8 @@ def _bucket(opt, gi, bi):
 
 
 class _StateSlot:
-    """The live array of one parameter's optimizer state (a view into the bucket's flat state)."""
+    """The live array of one parameter's optimizer state (a view into the bucket's flat state), found
+    again after the group's buckets were rebuilt (carried states) or a buffer was replaced."""
 
     __slots__ = ("opt", "gi", "bi", "name", "fill", "i", "_buf", "_view")
 
@@ -71,18 +75,19 @@ class _StateSlot:
         return self._view
 
 
-def _feed_lr(opt, gi):
-    from flow.optim.optimizer import _float
-
-    return np.asarray(_float(opt.param_groups[gi]["lr"]), dtype=np.float64)
-
-
+# -- host values fed before each run ------------------------------------------------------------
 def _uniform(vals, what, opt, gi):
     if len(vals) and vals.min() != vals.max():
         raise FlowError(f"graph mode: the parameters of {type(opt).__name__} group {gi} have different {what} "
                         "(some were updated without the others); a compiled step updates them together. Run "
                         "one eager step with all of them, or reload the optimizer state")
     return vals[0] if len(vals) else 0
+
+
+def _feed_lr(opt, gi, bi, idx):
+    from flow.optim.optimizer import _float
+
+    return np.asarray(_float(opt.param_groups[gi]["lr"]), dtype=np.float64)
 
 
 def _feed_step(opt, gi, bi, idx):
@@ -95,13 +100,17 @@ def _present(b, name, idx, opt, gi):
     return bool(_uniform(pres[idx], f"'{name}' states", opt, gi)) if pres is not None else False
 
 
-def _feed_first(opt, gi, bi, idx, name):
-    return np.asarray(not _present(_bucket(opt, gi, bi), name, idx, opt, gi))
+def _feed_first_step(opt, gi, bi, idx):
+    return np.asarray(not _present(_bucket(opt, gi, bi), "momentum_buffer", idx, opt, gi))
 
 
-def _feed_present(opt, gi, bi, idx, names):
+def _feed_present(opt, gi, bi, idx):
     b = _bucket(opt, gi, bi)
+    names = opt._state_names(opt.param_groups[gi])
     return np.array([_present(b, n, idx, opt, gi) for n in names], dtype=bool)
+
+
+_FEEDERS = {"lr": _feed_lr, "step": _feed_step, "first_step": _feed_first_step, "present": _feed_present}
 
 
 def _bump(opt, gi, bi, idx, names):
@@ -112,82 +121,112 @@ def _bump(opt, gi, bi, idx, names):
         b.present[name][idx] = True
 
 
-def trace_optimizer_step(tracer, opt, closure=None):
-    """``optimizer.step()`` while tracing: one update op per param group and dtype bucket."""
-    from flow.optim.adam import Adam
-    from flow.optim.sgd import SGD
-
-    if closure is not None:
-        raise GraphTraceError("graph tracing: optimizer.step(closure) cannot be compiled; compute the loss in the "
-                              "traced function and call step() without a closure")
-    oname = tracer.ir.meta.setdefault("optimizer_names", {}).get(id(opt)) or type(opt).__name__.lower()
-    prev = tracer.phase
-    tracer.phase = "optimizer"
+@contextmanager
+def binding(tracer, optimizers):
+    """``with binding(tracer, [(name, optimizer)]) as b``: call ``b.bind()`` once the modules' parameters
+    are state inputs (so states are named after them); on a clean exit the update nodes are finished,
+    and whatever happens the optimizers are restored."""
+    ob = OptimizerBinding(tracer, optimizers)
     try:
-        with flow.no_grad():
-            for gi, group in enumerate(opt.param_groups):
-                if gi >= len(opt._flat) or opt._flat[gi] is None:
-                    raise GraphTraceError(f"graph tracing: {type(opt).__name__} group {gi} was added while tracing")
-                names = opt._state_names(group)
-                lr = None
-                for bi, b in enumerate(opt._flat[gi][1]):
-                    idx = [i for i, p in enumerate(b.params) if p.grad is not None]
-                    if not idx:
-                        continue
-                    if lr is None:
-                        lr = tracer.host_input(f"{oname}.group{gi}.lr", TensorMeta((), D.float64, b.device),
-                                               partial(_feed_lr, opt, gi))
-                    _trace_bucket(tracer, opt, oname, gi, bi, b, idx, names, group, lr, SGD, Adam)
+        yield ob
+        ob.finish()
     finally:
-        tracer.phase = prev
+        ob.close()
 
 
-def _trace_bucket(tracer, opt, oname, gi, bi, b, idx, names, group, lr, SGD, Adam):
-    params = [b.params[i] for i in idx]
-    grads = [p.grad for p in params]
-    ia = np.asarray(idx, dtype=np.int64)
-    cdt = D.NP_TO_DTYPE[np.dtype(b.cdtype)]
-    pnames = [tracer._saved[id(p)][2].name if id(p) in tracer._saved else f"param{i}" for p, i in zip(params, idx)]
-    states = []
-    for name, fill in names.items():
-        for i, pn in zip(idx, pnames):
-            states.append(tracer.add_state_array(f"{oname}.{pn}.{name}", "optimizer",
-                                                 TensorMeta(b.shapes[i], cdt, b.device),
-                                                 _StateSlot(opt, gi, bi, name, fill, i)))
-    n = len(params)
-    if type(opt)._update is SGD._update and isinstance(opt, SGD):
-        first = tracer.host_input(f"{oname}.group{gi}.first_step", TensorMeta((), D.bool, b.device),
-                                  partial(_feed_first, opt, gi, bi, ia, "momentum_buffer"))
-        outs = flow.ops.call("sgd_update", params, grads, states, lr, first, momentum=float(group["momentum"]),
-                             dampening=float(group["dampening"]), nesterov=bool(group["nesterov"]),
-                             weight_decay=float(group["weight_decay"]), maximize=bool(group.get("maximize", False)),
-                             inplace=True)
-    elif type(opt)._update is Adam._update and isinstance(opt, Adam):
-        step = tracer.host_input(f"{oname}.group{gi}.step", TensorMeta((), D.int64, b.device),
-                                 partial(_feed_step, opt, gi, bi, ia))
-        b1, b2 = (float(x) for x in group["betas"])
-        outs = flow.ops.call("adam_update", params, grads, states[:n], states[n:2 * n], states[2 * n:], lr, step,
-                             beta1=b1, beta2=b2, eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
-                             decoupled=bool(group.get("decoupled_weight_decay", opt._decoupled)),
-                             amsgrad=bool(group["amsgrad"]), maximize=bool(group.get("maximize", False)), inplace=True)
-    else:
-        step = tracer.host_input(f"{oname}.group{gi}.step", TensorMeta((), D.int64, b.device),
-                                 partial(_feed_step, opt, gi, bi, ia))
-        present = tracer.host_input(f"{oname}.group{gi}.present", TensorMeta((len(names),), D.bool, b.device),
-                                    partial(_feed_present, opt, gi, bi, ia, tuple(names)))
-        cls = type(opt)
-        # lists (betas=[0.9, 0.99]) become tuples: attributes are hashed
-        hyper = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in group.items()
-                             if k not in ("params", "lr", "initial_lr")))
-        outs = flow.ops.call("optimizer_update", params, grads, states, lr, step, present,
-                             optimizer=f"{cls.__module__}:{cls.__qualname__}", hyper=hyper, names=tuple(names),
-                             inplace=True)
-    node = tracer.last_node
-    node.inplace = {k: (k if k < n else k + n) for k in range(len(outs))}
-    node.tags["side_effect"] = True
-    for k, p in enumerate(params):
-        p._data.value = outs[k]._data.value
-    for j, s in enumerate(states):
-        s._data.value = outs[n + j]._data.value
-    tracer.ir.effects.append(Effect(f"{oname}.group{gi}: step counters of {n} parameters",
-                                    partial(_bump, opt, gi, bi, ia, dict(names))))
+class OptimizerBinding:
+    """Binds the optimizers of one trace (see the module docstring); :meth:`close` ends it."""
+
+    def __init__(self, tracer, optimizers) -> None:
+        self.tracer = tracer
+        self.optimizers = list(optimizers)
+        self._hosts: list = []  # (tensor, its array before tracing)
+        self._saved: list = []  # (bucket, steps, present) as they were before tracing
+        self._where: dict = {}  # id(param) -> (optimizer name, opt, gi, bi, i)
+        self._idx: dict = {}  # (id(opt), gi, bi) -> indices of the parameters with a gradient, filled lazily
+
+    def bind(self) -> None:
+        """Make the optimizers' parameters, states and host values graph inputs."""
+        for oname, opt in self.optimizers:
+            self._bind(oname, opt)
+
+    def _bind(self, oname: str, opt) -> None:
+        tr = self.tracer
+        pnames = {}
+        for gi, group in enumerate(opt.param_groups):
+            for i, p in enumerate(group["params"]):
+                pnames[id(p)] = tr.add_state_tensor(p, f"{oname}.group{gi}.param{i}", "param").name
+        for gi, group in enumerate(opt.param_groups):
+            names = opt._state_names(group)
+            for bi, b in enumerate(opt._flat[gi][1]):
+                self._saved.append((b, b.steps.copy(), {k: v.copy() for k, v in b.present.items()}))
+                for i, p in enumerate(b.params):
+                    self._where[id(p)] = (oname, opt, gi, bi, i)
+                for name, fill in names.items():
+                    for i, t in enumerate(b.state_views(name, fill)):
+                        v = tr.add_state_tensor(t, f"{oname}.{pnames[id(b.params[i])]}.{name}", "optimizer")
+                        # bound to the bucket's live buffer even after a rebuild of the group
+                        tr.ir.state_specs[v.id].get = _StateSlot(opt, gi, bi, name, fill, i)
+                for feed in ("lr",) + opt._feed_names():
+                    self._host(f"{oname}.group{gi}.{feed}", b, feed, opt, gi, bi, names)
+
+    def _host(self, name, b, feed, opt, gi, bi, names) -> None:
+        from flow import _dtype as D
+
+        shape, dtype = {"lr": ((), D.float64), "step": ((), D.int64), "first_step": ((), D.bool),
+                        "present": ((len(names),), D.bool)}[feed]
+        arr, t = b.feed(feed, shape, dtype)
+        idx = partial(self._grads_of, opt, gi, bi)
+        sym = self.tracer.host_input(name, TensorMeta(shape, dtype, b.device),
+                                     lambda f=_FEEDERS[feed]: f(opt, gi, bi, idx()))
+        self._hosts.append((t, arr))
+        t._data = sym._data
+
+    def _grads_of(self, opt, gi, bi):
+        return self._idx[(id(opt), gi, bi)]
+
+    def finish(self) -> None:
+        """After ``build`` returned: mark the update nodes in place and give each its bookkeeping effect."""
+        tr = self.tracer
+        ir = tr.ir
+        for node in ir.nodes:
+            if node.name not in UPDATE_OPS or not node.attrs.get("inplace"):
+                continue
+            params = node.inputs[0]
+            node.inplace = inplace_outputs(node.name, len(params), len(node.outputs))
+            node.tags["side_effect"] = True
+            node.tags["phase"] = "optimizer"
+            where = []
+            for v in params:
+                spec = ir.state_specs.get(v.id) if v.kind == "state" else None
+                hit = self._where.get(id(spec.tensor)) if spec is not None and spec.tensor is not None else None
+                if hit is None:
+                    raise GraphTraceError(
+                        f"graph tracing: '{node.name}' updates a parameter of an optimizer the graph does not "
+                        "know; add it with nn.Graph.add_optimizer, or make it visible to flow.compile (a "
+                        "global, a closure variable or an argument of the compiled function)")
+                where.append(hit)
+            oname, opt, gi, bi, _ = where[0]
+            ia = np.asarray([w[4] for w in where], dtype=np.int64)
+            key = (id(opt), gi, bi)
+            self._idx[key] = ia if key not in self._idx else np.union1d(self._idx[key], ia)
+            names = dict(opt._state_names(opt.param_groups[gi]))
+            ir.effects.append(Effect(f"{oname}.group{gi}: step counters of {len(ia)} parameters",
+                                     partial(_bump, opt, gi, bi, ia, names)))
+        for key in self._keys():
+            self._idx.setdefault(key, np.zeros(0, dtype=np.int64))
+
+    def _keys(self):
+        for _, opt in self.optimizers:
+            for gi in range(len(opt.param_groups)):
+                for bi in range(len(opt._flat[gi][1])):
+                    yield (id(opt), gi, bi)
+
+    def close(self) -> None:
+        """Restore what tracing changed: the host tensors' arrays and the optimizers' bookkeeping."""
+        for t, arr in self._hosts:
+            t._data = arr
+        for b, steps, present in self._saved:
+            b.steps[...] = steps
+            for k, v in present.items():
+                b.present[k][...] = v

@@ -1,5 +1,5 @@
-"""Built-in plugin ``flow.graph``: the graph-mode ops (fused optimizer updates, the dropout RNG op),
-their kernels, and the built-in graph passes, registered through the same hooks as any plugin."""
+"""Built-in plugin ``flow.graph``: the graph-mode ops (the fused program op), their kernels, and the
+built-in graph passes, registered through the same hooks as any plugin."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from flow.plugins import hookimpl
 
 @hookimpl
 def flow_register_ops(registry) -> None:
-    from flow.graph import optim_ops
     from flow.graph.passes import fused_program
 
-    optim_ops.register_ops(registry)
     fused_program.register_op(registry)
 
 
@@ -24,10 +22,8 @@ def flow_register_tables(registry) -> None:
 
 @hookimpl
 def flow_register_kernels(registry) -> None:
-    from flow.graph import optim_ops
     from flow.graph.passes import fused_program
 
-    optim_ops.register_kernels(registry)
     fused_program.register_kernels(registry)
 
 

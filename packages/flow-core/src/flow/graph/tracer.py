@@ -13,9 +13,10 @@ Parameters, buffers and optimizer states become state inputs bound to their live
 created while tracing (or captured from outside without being state) become constants; Python
 scalars stay literal inputs of the nodes.
 
-While tracing it also installs: global module hooks (the module scope of each node), the
-optimizer's step hook (``Optimizer.step`` records the fused update ops, see
-:mod:`flow.graph.optim_trace`), and a graph-mode dropout mask (the ``bernoulli_mask`` RNG op).
+While tracing it also installs global module hooks (the module scope of each node).
+``optimizer.step()`` and dropout need nothing special: their updates and masks are ops
+(``sgd_update``, ``adam_update``, ``optimizer_update``, ``bernoulli_mask``) recorded like any
+other; the optimizers' states and host values are bound by :mod:`flow.graph.optim_trace`.
 Everything it touched (``_data``, ``.grad``, ``requires_grad``, ``grad_fn``, version counters of
 state tensors) is restored afterwards, even when tracing fails.
 """
@@ -57,43 +58,6 @@ def active_tracer():
     """The innermost tracer running in this thread, or None."""
     stack = _ACTIVE.stack
     return stack[-1] if stack else None
-
-
-def _step_hook(opt, closure):
-    """``Optimizer.step`` while a graph traces in this thread records the fused update ops."""
-    t = active_tracer()
-    if t is None:
-        return NotImplemented  # another thread's eager step
-    from flow.graph import optim_trace
-
-    return optim_trace.trace_optimizer_step(t, opt, closure)
-
-
-_EAGER_KEEP_MASK: list = []  # dropout's own (host-drawn) mask function, once routed
-
-
-def _keep_mask(input, shape, p: float, scale: float):
-    """Dropout's mask: the ``bernoulli_mask`` op while this thread traces, else the eager mask."""
-    if active_tracer() is None:
-        return _EAGER_KEEP_MASK[0](input, shape, p, scale)
-    from flow.graph import optim_trace
-
-    return optim_trace.traced_keep_mask(input, shape, p, scale)
-
-
-def _route_hooks() -> None:
-    """Install (once, for good) the optimizer-step and dropout-mask hooks that route to the tracer
-    of the calling thread; swapping them per trace would race between threads."""
-    import importlib
-
-    from flow.optim import optimizer as optmod
-
-    if optmod._graph_step_hook is not _step_hook:
-        optmod._graph_step_hook = _step_hook
-    dmod = importlib.import_module("flow.nn.functional.dropout")
-    if dmod._keep_mask is not _keep_mask:
-        _EAGER_KEEP_MASK[:] = [dmod._keep_mask]
-        dmod._keep_mask = _keep_mask
 
 
 # -- pytrees: the structure of build's inputs and outputs -----------------------------------------
@@ -360,7 +324,6 @@ class Tracer:
     def active(self):
         from flow.nn.modules import hooks as mhooks
 
-        _route_hooks()
         pre = mhooks.register_module_forward_pre_hook(self._pre_hook)
         post = mhooks.register_module_forward_hook(self._post_hook)
         stack = _ACTIVE.stack
@@ -441,17 +404,14 @@ def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(),
         optim_trace.prepare(opt)
     leaves: list = []
     in_tree = flatten((args, kwargs), leaves)
-    with tr.active():
+    with tr.active(), optim_trace.binding(tr, optimizers) as optimizer_binding:
         for mname, m in (modules or {}).items():
             for pname, p in m.named_parameters(prefix=mname):
                 tr.add_state_tensor(p, pname, "param")
             for bname, b in m.named_buffers(prefix=mname):
                 if b is not None:
                     tr.add_state_tensor(b, bname, "buffer")
-        for oname, opt in optimizers:
-            for gi, group in enumerate(opt.param_groups):
-                for i, p in enumerate(group["params"]):
-                    tr.add_state_tensor(p, f"{oname}.group{gi}.param{i}", "param")
+        optimizer_binding.bind()  # the optimizers' parameters, states and host values
         sym_leaves = []
         for i, t in enumerate(leaves):
             _check_plain(t._data, f"input {i}")

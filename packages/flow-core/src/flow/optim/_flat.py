@@ -2,9 +2,9 @@
 
 A :class:`FlatBucket` holds the parameters of one param group that share a dtype and a device.
 Their optimizer states (``exp_avg`` ...) are flat buffers, one per state, laid out as the
-parameters one after the other, so a step is one fused multi-tensor update (see
-:mod:`flow.optim._foreach`) per run of up to :data:`GRAD_CHUNK` elements (or one larger
-parameter) instead of one Python op per parameter.
+parameters one after the other, so a step is one update op (see :mod:`flow.ops.optim`) per run
+of parameters in the same state, whose kernel walks the parameters in fused multi-tensor calls of
+up to :data:`GRAD_CHUNK` elements, instead of one Python op per parameter.
 
 The parameters themselves are **not** moved into a flat buffer: each keeps its own array, which
 every view, ``detach()`` and ``from_numpy`` alias of it shares (PyTorch's semantics, which weight
@@ -15,6 +15,10 @@ arrays as they are when their shapes are unchanged (:meth:`FlatBucket.refresh`),
 rebuilds the group and carries the states over. Low-precision parameters (float16, bfloat16) are
 updated in float32: their states are float32, and each update goes through a float32 copy that is
 cast back.
+
+The update ops take tensors: the bucket keeps, per state, one tensor per parameter that views its
+piece of the flat buffer (:meth:`FlatBucket.state_views`), and small host tensors for the values fed
+to the ops (:meth:`FlatBucket.feed`: the step count, whether a state is new), made once and reused.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ from __future__ import annotations
 import numpy as np
 
 from flow import _dtype as D
-from flow.optim._foreach import Scratch, overlaps, split_runs
+from flow._tensor import Tensor
 from flow.optim.errors import OptimizerError
 
 LOW_PRECISION = (D.float16, D.bfloat16)
-# The most elements one fused update covers (a single larger parameter is a run of its own): it bounds
-# the scratch buffers (gathered gradients, copies of low-precision parameters) to max(GRAD_CHUNK, the
+# The most elements one fused kernel call covers (a single larger parameter is a call of its own): it bounds
+# the scratch buffers of the update kernels (gathered gradients, copies of low-precision parameters; one
+# set per thread, see flow.optim._foreach.thread_scratch) to max(GRAD_CHUNK, the
 # largest parameter) elements.
 GRAD_CHUNK = 1 << 20
 
@@ -77,12 +82,13 @@ class FlatBucket:
         self.states: dict[str, object] = {}  # name -> flat array (compute dtype)
         self.present: dict[str, np.ndarray] = {}  # name -> bool per param: state holds a value
         self.steps = np.zeros(len(self.params), dtype=np.int64)
-        self.scratch = Scratch(self.xp, self.cdtype)
+        self._views: dict[str, tuple] = {}  # name -> (flat buffer, [tensor viewing each parameter's piece])
+        self.feeds: dict[str, tuple] = {}  # name -> (host array, tensor of it)
         self._take_arrays()
 
     def _take_arrays(self) -> None:
+        # (parameters sharing memory are split into separate kernel calls by the update ops' kernels)
         self.arrays = [p._data for p in self.params]
-        self.conflicts = overlaps(self.arrays)  # parameters sharing memory are updated one after the other
         self.read_only = [i for i, p in enumerate(self.params) if _read_only(p)]
 
     def check_writable(self) -> None:
@@ -117,6 +123,28 @@ class FlatBucket:
             self.present[name] = np.zeros(len(self.params), dtype=bool)
         return buf
 
+    def state_views(self, name: str, fill: float = 0.0) -> list:
+        """One tensor per parameter viewing its piece of state ``name`` (the update ops' state inputs);
+        made again only when the flat buffer was replaced."""
+        buf = self.state(name, fill)
+        hit = self._views.get(name)
+        if hit is not None and hit[0] is buf:
+            return hit[1]
+        cdt = D.NP_TO_DTYPE[np.dtype(self.cdtype)]
+        views = [Tensor._make(buf[int(o):int(o) + int(n)].reshape(shape), cdt, self.device)
+                 for o, n, shape in zip(self.offsets, self.numels, self.shapes)]
+        self._views[name] = (buf, views)
+        return views
+
+    def feed(self, name: str, shape: tuple = (), dtype=D.int64) -> tuple:
+        """``(array, tensor)``: a small host value fed to the update op (the step count, first-step
+        flags); the optimizer writes the array before each call, the tensor is the op's input."""
+        hit = self.feeds.get(name)
+        if hit is None or hit[0].shape != shape:
+            arr = np.zeros(shape, dtype=dtype.np)
+            hit = self.feeds[name] = (arr, Tensor._make(arr, dtype, self.device))
+        return hit
+
     def param_state(self, i: int) -> dict:
         """``{name: array view}`` of the states that hold a value for parameter ``i``."""
         o, n, shape = int(self.offsets[i]), int(self.numels[i]), self.shapes[i]
@@ -138,41 +166,47 @@ class FlatBucket:
     def clear_state(self) -> None:
         self.states.clear()
         self.present.clear()
+        self._views.clear()
         self.steps[:] = 0
 
     # -- one step ------------------------------------------------------------------------
     def runs(self, names) -> list[tuple[int, int]]:
-        """Ranges ``[i0, i1)`` of parameters that have a gradient and the same step/state status, each as
-        long as possible within :data:`GRAD_CHUNK` elements (a larger parameter makes a range of its own)
-        and holding no two parameters that share memory.
-
-        In the usual case (every parameter has a gradient, all were initialised together) these
-        cover the whole bucket in ``total / GRAD_CHUNK`` or so fused updates.
-        """
+        """Ranges ``[i0, i1)`` of consecutive parameters that have a gradient and the same step/state status:
+        one update op each. In the usual case (every parameter has a gradient, all were initialised
+        together) that is the whole bucket; the op's kernel splits it into fused calls of at most
+        :data:`GRAD_CHUNK` elements."""
         out: list[tuple[int, int]] = []
         pres = [self.present[k] for k in names if k in self.present]
+        steps = self.steps
         start, key = -1, None
         for i, p in enumerate(self.params):
-            k = None if p.grad is None else (int(self.steps[i]),) + tuple(bool(m[i]) for m in pres)
+            k = None if p.grad is None else (int(steps[i]),) + tuple(bool(m[i]) for m in pres)
             if k != key:
                 if key is not None:
-                    out.extend(split_runs(self.numels, self.conflicts, GRAD_CHUNK, start, i))
+                    out.append((start, i))
                 start, key = i, k
         if key is not None:
-            out.extend(split_runs(self.numels, self.conflicts, GRAD_CHUNK, start, len(self.params)))
+            out.append((start, len(self.params)))
         return out
 
     def grads(self, i0: int, i1: int) -> list:
-        """The gradient arrays of parameters ``i0:i1`` (checked against the parameters' sizes)."""
+        """The gradients of parameters ``i0:i1``, checked against the parameters' shapes and dtypes (before
+        any update: the update op's meta rule must not fail half-way through a step)."""
         out = []
         for i in range(i0, i1):
-            gd = self.params[i].grad._data
-            if gd.size != self.numels[i]:
+            g = self.params[i].grad
+            gd = g._data
+            if tuple(gd.shape) != self.shapes[i]:
                 raise OptimizerError(
                     f"{self.opt_name}: {self.labels[i]} of shape {self.shapes[i]} has a gradient of shape "
                     f"{tuple(gd.shape)}"
                 )
-            out.append(gd)
+            if g.dtype is not self.dtype or g.device != self.device:
+                raise OptimizerError(
+                    f"{self.opt_name}: {self.labels[i]} ({self.dtype} on {self.device}) has a gradient of dtype "
+                    f"{g.dtype} on {g.device}"
+                )
+            out.append(g)
         return out
 
 

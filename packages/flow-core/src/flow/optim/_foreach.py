@@ -14,8 +14,8 @@ other), and one call updates a run of parameters:
   optimizer's flat ``_update``, and scattered back; a run of one contiguous parameter of the
   compute dtype is updated where it is, with no copy.
 
-The eager ``Optimizer.step()`` and the graph-mode update ops (``flow.graph.optim_ops``) both
-call the functions here, so eager and graph training agree bit for bit.
+The kernels of the update ops (:mod:`flow.ops.optim_kernels`), which ``Optimizer.step()`` runs in
+eager and in graph mode alike, call the functions here.
 """
 
 from __future__ import annotations

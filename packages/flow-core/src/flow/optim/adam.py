@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from flow.optim._foreach import adam_step
+from flow.ops import optim as _ops
 from flow.optim._hyper import Flag
 from flow.optim.optimizer import Optimizer, _float
 
@@ -14,8 +14,9 @@ from flow.optim.optimizer import Optimizer, _float
 class Adam(Optimizer):
     """torch.optim.Adam: L2 weight decay added to the gradient (``decoupled_weight_decay=False``).
 
-    One fused native multi-tensor call (``native.adam_update_multi``) per run of parameters, each
-    updated in its own memory; NumPy over a gathered copy when the extension is missing.
+    ``step()`` runs the op ``adam_update`` (:mod:`flow.ops.optim`) per run of parameters; its CPU
+    kernel is one fused native multi-tensor call (``native.adam_update_multi``) per chunk, each
+    parameter updated in its own memory; NumPy over a gathered copy when the extension is missing.
     float16/bfloat16 parameters are updated in float32 (float32 states).
 
     >>> opt = flow.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999))
@@ -44,10 +45,23 @@ class Adam(Optimizer):
         return (_float(group["lr"]), b1, b2, float(group["eps"]), float(group["weight_decay"]),
                 bool(group.get("decoupled_weight_decay", self._decoupled)), bool(group["amsgrad"]))
 
-    def _apply(self, group, params, grads, state, step, layout, ctx) -> None:
-        xp, cdtype, scratch = ctx
-        adam_step(xp, params, grads, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), cdtype,
-                  scratch, step, *self._args(group), bool(group.get("maximize", False)))
+    def _op_attributes(self, group: dict) -> dict:
+        if type(self)._update is not Adam._update:  # a subclass with its own update: optimizer_update
+            return super()._op_attributes(group)
+        _, b1, b2, eps, wd, decoupled, amsgrad = self._args(group)
+        return dict(beta1=b1, beta2=b2, eps=eps, weight_decay=wd, decoupled=decoupled, amsgrad=amsgrad,
+                    maximize=bool(group.get("maximize", False)), inplace=True)
+
+    def _feed_names(self) -> tuple:
+        return ("step",) if type(self)._update is Adam._update else super()._feed_names()
+
+    def _update_call(self, group, attrs, b, names, i0, i1, params, grads, states, lr) -> tuple:
+        if type(self)._update is not Adam._update:
+            return super()._update_call(group, attrs, b, names, i0, i1, params, grads, states, lr)
+        step_arr, step = b.feed("step")
+        step_arr[()] = int(b.steps[i0]) + 1
+        n = len(params)
+        return _ops.adam_update, (params, grads, states[:n], states[n:2 * n], states[2 * n:], lr, step), attrs
 
     def _update(self, group, p, g, state, step, layout) -> None:
         adam_numpy(p, g, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), step, *self._args(group))

@@ -3,10 +3,13 @@
 Subclasses declare their hyper-parameters (``defaults``, checked against the table
 :attr:`Optimizer._hyper`), the state buffers they need (:meth:`Optimizer._state_names`) and one
 update over a run of parameters: :meth:`Optimizer._update` over the run gathered into one
-contiguous buffer, or, where a fused multi-tensor kernel exists, :meth:`Optimizer._apply` over
-the parameters' own arrays. Parameters are always updated in their own memory, so every view and
-alias of a parameter sees the new values; the states live in flat buffers (see
-:mod:`flow.optim._flat`), so :meth:`step` is a few fused updates per group and dtype.
+contiguous buffer (or :meth:`Optimizer._apply` over the parameters' own arrays). :meth:`step`
+runs every update as a registered op through the dispatcher (see :mod:`flow.ops.optim`):
+``sgd_update`` for SGD, ``adam_update`` for Adam/AdamW, ``optimizer_update`` (which calls the
+class's ``_apply``) for the others, one call per group, dtype bucket and run of parameters in the
+same state, so interceptors, devices and the graph tracer see it like any op. Parameters are
+always updated in their own memory, so every view and alias of a parameter sees the new values;
+the states live in flat buffers (see :mod:`flow.optim._flat`).
 
 ``state_dict()`` follows PyTorch's format: ``{"state": {index: {name: tensor}}, "param_groups":
 [{...options, "params": [index, ...]}]}``, indices counting parameters across groups in order.
@@ -19,7 +22,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from flow import _dtype as D
+from flow._dispatch import call as _call
 from flow._tensor import Tensor
+from flow.ops import optim as _ops
 from flow.optim import _hyper
 from flow.optim._flat import FlatBucket, check_param_array
 from flow.optim._foreach import flat_update
@@ -32,10 +38,6 @@ class _Required:
 
 
 required = _Required()
-
-# Set by flow.graph while it traces a compiled training step: step() then records the fused update
-# as graph ops (see flow.graph.optim_ops) instead of running it.
-_graph_step_hook = None
 
 
 def _float(x) -> float:
@@ -65,6 +67,7 @@ class Optimizer:
         self.param_groups: list[dict] = []
         self._flat: list[tuple[tuple, list[FlatBucket]] | None] = []
         self._checked: list[tuple] = []  # per group: the (keys, values) last validated
+        self._op_attrs: list[tuple] = []  # per group: (the validated signature, the update op's attributes)
         specs = self._specs()
         name = type(self).__name__
         for k, v in self.defaults.items():
@@ -206,51 +209,92 @@ class Optimizer:
         """Update the run's parameter arrays ``params`` (each in place, in its own memory) from ``grads``.
 
         ``ctx`` is ``(xp, compute dtype, scratch)``. The default gathers the run into one buffer, calls
-        :meth:`_update` and writes the values back; SGD and Adam override it with a fused multi-tensor
-        kernel over the arrays themselves. The graph-mode update ops call it too."""
+        :meth:`_update` and writes the values back. The kernel of the ``optimizer_update`` op calls it, on
+        a bare instance of the class: it must depend on its arguments only."""
         xp, cdtype, scratch = ctx
         flat_update(lambda p, g: self._update(group, p, g, state, step, layout), xp, params, grads, cdtype,
                     scratch, bool(group.get("maximize", False)))
 
+    # -- the update op ------------------------------------------------------------------------
+    def _attrs(self, gi: int, group: dict) -> dict:
+        """The update op's attributes of group ``gi``, made again only after the group's options changed."""
+        attrs = self._op_attrs
+        while len(attrs) <= gi:
+            attrs.append((None, None))
+        sig, a = attrs[gi]
+        if sig is not self._checked[gi]:
+            a = self._op_attributes(group)
+            attrs[gi] = (self._checked[gi], a)
+        return a
+
+    def _op_attributes(self, group: dict) -> dict:
+        """Attributes of ``optimizer_update``: the class to run and the group's options (hashable)."""
+        cls = type(self)
+        # lists (betas=[0.9, 0.99]) become tuples: attributes are hashed
+        hyper = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in group.items()
+                             if k not in ("params", "lr", "initial_lr")))
+        return dict(optimizer=f"{cls.__module__}:{cls.__qualname__}", hyper=hyper, inplace=True)
+
+    def _feed_names(self) -> tuple:
+        """The host values (besides ``lr``) that :meth:`_update_call` feeds through ``FlatBucket.feed``."""
+        return ("step", "present")
+
+    def _update_call(self, group: dict, attrs: dict, b: FlatBucket, names: dict, i0: int, i1: int, params: list,
+                     grads: list, states: list, lr) -> tuple:
+        """``(op, inputs, attributes)`` of the update of parameters ``i0:i1`` of bucket ``b`` (``states``:
+        their state tensors, name-major). This default is ``optimizer_update`` (this class's ``_apply``)."""
+        step_arr, step = b.feed("step")
+        step_arr[()] = int(b.steps[i0]) + 1
+        pres_arr, present = b.feed("present", (len(names),), D.bool)
+        for k, name in enumerate(names):
+            pres_arr[k] = bool(b.present[name][i0])
+        return _ops.optimizer_update, (params, grads, states, lr, step, present), dict(attrs, names=tuple(names))
+
     # -- the public API -----------------------------------------------------------------------
     def step(self, closure: Callable | None = None):
-        """Update every parameter that has a gradient; ``closure`` re-evaluates the model and returns the loss."""
-        if _graph_step_hook is not None:  # graph mode: recorded into the trace of this thread, if any
-            r = _graph_step_hook(self, closure)
-            if r is not NotImplemented:
-                return r
+        """Update every parameter that has a gradient; ``closure`` re-evaluates the model and returns the loss.
+
+        Each update is an op call (``sgd_update``, ``adam_update``, ``optimizer_update``) seen by the
+        active interceptors; in graph mode the tracer records it."""
         loss = None
         if closure is not None:
             from flow.autograd import enable_grad
 
             with enable_grad():
                 loss = closure()
-        # every check (options, parameter arrays, gradient sizes) before the first update: an error leaves
-        # all parameters and states as they were
+        # every check (options, parameter arrays, gradient shapes and dtypes) before the first update: an
+        # error leaves all parameters and states as they were
         self._revalidate()
         runs = []
         for gi, group in enumerate(self.param_groups):
             names = self._state_names(group)
             for b in self._buckets(gi):
                 b.check_writable()
-                runs.extend((group, b, names, i0, i1, b.grads(i0, i1)) for i0, i1 in b.runs(names))
+                runs.extend((gi, group, b, names, i0, i1, b.grads(i0, i1)) for i0, i1 in b.runs(names))
         for run in runs:
             self._step_run(*run)
         return loss
 
-    def _step_run(self, group: dict, b: FlatBucket, names: dict, i0: int, i1: int, grads: list) -> None:
-        o0, o1 = int(b.offsets[i0]), int(b.offsets[i1])
-        step = int(b.steps[i0]) + 1
-        was = {}
-        state = {}
+    def _step_run(self, gi: int, group: dict, b: FlatBucket, names: dict, i0: int, i1: int, grads: list) -> None:
+        params = b.params[i0:i1]
+        states = []
         for name, fill in names.items():
-            buf = b.state(name, fill)
-            was[name] = bool(b.present[name][i0])
-            state[name] = buf[o0:o1]
-        starts = b.offsets[i0:i1] - o0
-        self._apply(group, b.arrays[i0:i1], grads, state, step, (starts, b.numels[i0:i1], was),
-                    (b.xp, b.cdtype, b.scratch))
-        b.steps[i0:i1] = step
+            states.extend(b.state_views(name, fill)[i0:i1])
+        lr_arr, lr = b.feed("lr", (), D.float64)
+        lr_arr[()] = _float(group["lr"])
+        op, inputs, attrs = self._update_call(group, self._attrs(gi, group), b, names, i0, i1, params, grads,
+                                              states, lr)
+        outs = _call(op, *inputs, **attrs)
+        # the op's outputs are the new parameters and states: with inplace=True the kernel wrote them into
+        # the inputs' own arrays (nothing to do); the graph tracer returns new symbolic values, which the
+        # parameters and states now hold
+        for t, o in zip(params, outs):
+            if o._data is not t._data:
+                t._data = o._data
+        for t, o in zip(states, outs[len(params):]):
+            if o._data is not t._data:
+                t._data = o._data
+        b.steps[i0:i1] += 1
         for name in names:
             b.present[name][i0:i1] = True
 

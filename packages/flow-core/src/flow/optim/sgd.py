@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from flow.optim._foreach import sgd_step
+from flow import _dtype as D
+from flow.ops import optim as _ops
 from flow.optim._hyper import Flag, Real
 from flow.optim.errors import OptimizerError
 from flow.optim.optimizer import Optimizer, _float
@@ -11,9 +12,10 @@ from flow.optim.optimizer import Optimizer, _float
 class SGD(Optimizer):
     """torch.optim.SGD: ``p -= lr * d`` with ``d`` the (weight-decayed, momentum-averaged) gradient.
 
-    One fused native multi-tensor call (``native.sgd_update_multi``) per run of parameters, each
-    updated in its own memory; vectorised NumPy over a gathered copy when the extension is missing.
-    float16/bfloat16 parameters are updated in float32 (float32 momentum buffers).
+    ``step()`` runs the op ``sgd_update`` (:mod:`flow.ops.optim`) per run of parameters; its CPU
+    kernel is one fused native multi-tensor call (``native.sgd_update_multi``) per chunk, each
+    parameter updated in its own memory; vectorised NumPy over a gathered copy when the extension
+    is missing. float16/bfloat16 parameters are updated in float32 (float32 momentum buffers).
 
     >>> opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
     """
@@ -35,13 +37,23 @@ class SGD(Optimizer):
     def _state_names(self, group: dict) -> dict:
         return {"momentum_buffer": 0.0} if group["momentum"] != 0 else {}
 
-    def _apply(self, group, params, grads, state, step, layout, ctx) -> None:
-        xp, cdtype, scratch = ctx
-        buf = state.get("momentum_buffer")
-        first = buf is not None and not layout[2]["momentum_buffer"]
-        sgd_step(xp, params, grads, buf, cdtype, scratch, _float(group["lr"]), float(group["momentum"]),
-                 float(group["dampening"]), bool(group["nesterov"]), float(group["weight_decay"]), first,
-                 bool(group.get("maximize", False)))
+    def _op_attributes(self, group: dict) -> dict:
+        if type(self)._update is not SGD._update:  # a subclass with its own update: optimizer_update
+            return super()._op_attributes(group)
+        return dict(momentum=float(group["momentum"]), dampening=float(group["dampening"]),
+                    nesterov=bool(group["nesterov"]), weight_decay=float(group["weight_decay"]),
+                    maximize=bool(group.get("maximize", False)), inplace=True)
+
+    def _feed_names(self) -> tuple:
+        return ("first_step",) if type(self)._update is SGD._update else super()._feed_names()
+
+    def _update_call(self, group, attrs, b, names, i0, i1, params, grads, states, lr) -> tuple:
+        if type(self)._update is not SGD._update:
+            return super()._update_call(group, attrs, b, names, i0, i1, params, grads, states, lr)
+        first_arr, first = b.feed("first_step", (), D.bool)
+        pres = b.present.get("momentum_buffer")
+        first_arr[()] = pres is None or not bool(pres[i0])
+        return _ops.sgd_update, (params, grads, states, lr, first), attrs
 
     def _update(self, group, p, g, state, step, layout) -> None:
         buf = state.get("momentum_buffer")

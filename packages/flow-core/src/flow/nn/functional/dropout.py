@@ -1,13 +1,21 @@
 """Dropout, as ``torch.nn.functional``.
 
-Masks are drawn on the host from flow's default generator (so
-``flow.manual_seed`` makes them reproducible) and moved to the input's device;
-the result is ``input * mask`` so the gradient comes from autograd.
+The keep mask is the op ``bernoulli_mask(input; shape, p, scale)`` (declared here): ``0`` or
+``scale`` of the input's dtype and device, drawn on the host from flow's default generator (so
+``flow.manual_seed`` makes it reproducible, and eager and graph mode draw the same masks in the
+same order). Being an op, every interceptor sees it and a device plugin may register its own
+kernel; in graph mode it is a node drawn each time the compiled step runs. The result is
+``input * mask``, so the gradient comes from autograd.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from flow.errors import OpError, OpTypeError
+from flow.ops._define import defop, kernel
+from flow.ops.meta import TensorMeta
+from flow.registry.ops import FLOAT, Attr
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
 
@@ -25,14 +33,47 @@ def _check(op, input, p):
         raise OpTypeError(op, f"'input' must be a floating-point tensor, got {input.dtype}")
 
 
-def _keep_mask(input, shape, p: float, scale: float):
-    """A host-drawn 0/``scale`` mask of ``shape`` (broadcastable to the input) on the input's device."""
-    import flow
-    from flow._random import host_rng
+def _mask_meta(x, *, shape=(), p=0.5, scale=1.0):
+    if any(s < 0 for s in shape):
+        raise OpError("bernoulli_mask", f"'shape' must hold non-negative sizes, got {tuple(shape)}")
+    if not 0.0 <= p <= 1.0:
+        raise OpError("bernoulli_mask", f"'p' must be a probability in [0, 1], got {p}")
+    return TensorMeta(tuple(int(s) for s in shape), x.dtype, x.device)
 
-    keep = host_rng(None).random(shape) >= p
-    return flow.tensor(keep.astype(input.dtype.np) * input.dtype.np.type(scale), dtype=input.dtype,
-                       device=input.device)
+
+def _mask_samples():
+    from flow.ops._samples import uniform
+    from flow.testing import ErrorInput, SampleInput
+
+    yield SampleInput((uniform((3, 4)),), dict(shape=(3, 4), p=0.25, scale=4.0 / 3.0), grad=False)
+    yield ErrorInput((uniform((3, 4)),), dict(shape=(3, -4), p=0.25), OpError, "non-negative sizes")
+    yield ErrorInput((uniform((3, 4)),), dict(shape=(3, 4), p=1.5), OpError, "'p' must be a probability")
+
+
+bernoulli_mask = defop("bernoulli_mask", ["input"], [Attr("shape", tuple, (), items=int), Attr("p", float, 0.5),
+                                                     Attr("scale", float, 1.0)],
+                       meta=_mask_meta, dtypes=FLOAT, save="none", samples=_mask_samples, nondeterministic=True,
+                       doc="dropout keep mask (0 or scale, input's dtype) drawn from the default generator")
+
+
+@kernel(bernoulli_mask)
+def _mask_kernel(xp):
+    def bernoulli_mask(x, *, shape=(), p=0.5, scale=1.0):
+        from flow._random import host_rng
+
+        # float64 uniforms on the host, whatever the device: one random stream for every device and mode
+        keep = host_rng(None).random(tuple(shape)) >= p
+        m = keep.astype(x.dtype) * x.dtype.type(scale)
+        return m if xp is np else xp.asarray(m)
+
+    return bernoulli_mask
+
+
+def _keep_mask(input, shape, p: float, scale: float):
+    """The 0/``scale`` mask of ``shape`` (broadcastable to the input): the ``bernoulli_mask`` op."""
+    from flow._dispatch import call
+
+    return call(bernoulli_mask, input, shape=tuple(int(s) for s in shape), p=float(p), scale=float(scale))
 
 
 def _finish(input, fn, op, inplace):
