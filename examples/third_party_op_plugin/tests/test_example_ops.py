@@ -1,17 +1,18 @@
-"""flow-example-ops adds `example_swish` through its entry point, and the op's registrations agree."""
+"""flow-example-ops adds `example_swish` (and its SBP rule and AMP colour) through its entry point, and the
+op's registrations agree."""
 
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
+import types
 
 import numpy as np
 import pytest
 
 import flow
+import flow.ops.meta
 import flow_example_ops
+from flow_example_ops.plugin import AMP_COLOR, swish_sbp_signatures
 
 
 def np_swish(x: np.ndarray, beta: float) -> np.ndarray:
@@ -23,24 +24,57 @@ def np_swish_grad(x: np.ndarray, beta: float) -> np.ndarray:
     return s + beta * x * s * (1.0 - s)
 
 
-def test_cli_lists_the_op_under_its_distribution():
-    env = {k: v for k, v in os.environ.items() if k not in ("FLOW_PLUGINS", "FLOW_DISABLE_PLUGIN_AUTOLOAD")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "flow", "plugins"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("example_ops "))
-    header = lines[start]
-    assert "[flow-example-ops 0.1.0, entry point, loaded]" in header
-    assert header.rstrip().endswith("flow_example_ops.plugin")
-    details = []
-    for line in lines[start + 1 :]:
-        if not line.startswith(" "):
-            break
-        details.append(line.strip())
-    assert "ops: example_swish" in details
-    assert "kernels: example_swish[cpu]" in details
+# flow's plugin discovery suite: entry point, hooks, loading, registrations, `python -m flow plugins`, switches.
+test_plugin_discovery = flow.testing.plugin_discovery_suite("flow-example-ops", registers={
+    "ops": ["example_swish"],
+    "kernels": ["example_swish[cpu]"],
+    "rules": ["sbp:example_swish", "amp_color:example_swish"],
+})
+
+
+def _table_owner(table: str) -> types.ModuleType:
+    """A stand-in for the plugin that owns ``table`` (flow-dist: ``sbp``, flow-amp: ``amp_color``)."""
+    mod = types.ModuleType(f"owner_of_{table}")
+    mod.flow_register_tables = flow.plugins.hookimpl(lambda registry: registry.declare_table(table))
+    return mod
+
+
+@pytest.mark.parametrize("table", ["sbp", "amp_color"])
+def test_its_rules_wait_for_their_table_and_go_in_when_it_is_declared(table):
+    reg = flow.registry.REGISTRY
+    if table in reg.tables:  # the owning package (flow-dist / flow-amp) is installed and declares it
+        assert reg.tables[table].provider("example_swish") == "example_ops"
+        return
+    assert (table, "example_swish", "example_ops") in reg.pending_rules()
+    flow.plugins.register(_table_owner(table), name=f"tests.{table}_owner")
+    try:
+        t = reg.get_table(table)
+        assert "example_swish" in t and t.provider("example_swish") == "example_ops"
+    finally:
+        flow.plugins.unregister(f"tests.{table}_owner")
+    assert (table, "example_swish", "example_ops") in reg.pending_rules()  # queued again
+
+
+def test_sbp_rule_keeps_splits_and_broadcast_but_not_partial_sums():
+    x = flow.ops.meta.TensorMeta((4, 6), flow.float32, flow.device("cpu"))
+    assert swish_sbp_signatures(x, beta=1.0) == [(("S(0)",), ("S(0)",)), (("S(1)",), ("S(1)",)), (("B",), ("B",))]
+    # each signature holds: slicing the input along the split axis and applying swish piecewise
+    # gives the same pieces as slicing the full result
+    values = np.linspace(-3.0, 3.0, 24).reshape(4, 6)
+    full = flow_example_ops.swish(flow.tensor(values), beta=1.0).numpy()
+    for (sbp_in,), (sbp_out,) in swish_sbp_signatures(x)[:-1]:
+        assert sbp_out == sbp_in  # the output is split like the input
+        axis = int(sbp_in[2])
+        pieces = [flow_example_ops.swish(flow.tensor(p), beta=1.0).numpy() for p in np.split(values, 2, axis=axis)]
+        np.testing.assert_allclose(np.concatenate(pieces, axis=axis), full, rtol=1e-6)
+    # a partial sum is not preserved: swish(a) + swish(b) != swish(a + b)
+    a, b = values[:2], values[2:]
+    lhs = flow_example_ops.swish(flow.tensor(a)).numpy() + flow_example_ops.swish(flow.tensor(b)).numpy()
+    assert not np.allclose(lhs, flow_example_ops.swish(flow.tensor(a + b)).numpy())
+
+
+def test_amp_colour_is_one_of_the_policy_colours():
+    assert AMP_COLOR in ("allow", "deny", "infer", "clear")
 
 
 @pytest.mark.parametrize("dtype, tol", [(flow.float32, 1e-6), (flow.float64, 1e-12)])
@@ -81,5 +115,8 @@ def test_integer_input_is_rejected_by_the_meta_rule():
         flow_example_ops.swish(flow.tensor([1, 2, 3], dtype=flow.int64))
 
 
-def test_every_hook_it_implements_is_declared():
-    flow.plugins.check_pending()  # a misspelled hook name would raise here
+def test_cli_lists_its_queued_rules_where_their_tables_are_not_declared():
+    out = flow.testing.plugin_suite.run_flow(["plugins"]).stdout
+    for table in ("sbp", "amp_color"):
+        if table not in flow.registry.REGISTRY.tables:
+            assert f"    {table}:example_swish  from example_ops" in out.split("queued rules")[1]

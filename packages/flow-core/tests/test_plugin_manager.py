@@ -303,3 +303,40 @@ def test_remove_plugin_removes_everything_it_registered():
     r.current_plugin = "again"
     r.register_op(schema("gone", ["x"]), meta=_same)
     assert r._ops["gone"].kernels == {}
+
+
+# -- op modules are discovered ---------------------------------------------------------------------
+
+def test_a_new_module_in_flow_ops_is_found_without_being_listed(tmp_path):
+    (tmp_path / "tests_walked_ops.py").write_text(
+        "from flow.ops._define import defop, kernel\n"
+        "from flow.ops.meta import TensorMeta\n"
+        "from flow.registry.ops import ANY\n\n"
+        "WALKED = defop('tests_walked', ['x'], meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device),\n"
+        "               dtypes=ANY)\n\n\n"
+        "@kernel(WALKED)\n"
+        "def _k(xp):\n"
+        "    return lambda x: x * 7\n")
+    out = ok(run_py(f"""
+        import flow.ops
+        flow.ops.__path__.append({str(tmp_path)!r})   # as if the file were in the package's directory
+        import flow
+        from flow.ops.plugin import op_modules
+        assert "flow.ops.tests_walked_ops" in op_modules() and "flow.ops.plugin" not in op_modules()
+        print(flow.ops.call("tests_walked", flow.ones(2)).tolist())
+        print(flow.registry.REGISTRY.ops["tests_walked"].plugin)
+    """))
+    assert out.split() == ["[7.0,", "7.0]", "flow.ops"]
+
+
+def test_every_public_module_of_flow_ops_is_imported_when_the_plugins_load():
+    import pkgutil
+    import sys
+
+    import flow.ops
+    from flow.ops.plugin import op_modules
+
+    flow.registry.REGISTRY.ops  # noqa: B018 - loads the plugins
+    public = {f"flow.ops.{m.name}" for m in pkgutil.iter_modules(flow.ops.__path__)
+              if not m.name.startswith("_") and m.name != "plugin"}
+    assert public <= set(op_modules()) and all(m in sys.modules for m in public)

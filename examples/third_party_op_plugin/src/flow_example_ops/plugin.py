@@ -1,9 +1,13 @@
-"""The ``example_ops`` plugin: declares ``example_swish`` and its CPU kernel.
+"""The ``example_ops`` plugin: declares ``example_swish``, its CPU kernel, SBP rule and AMP colour.
 
 An op is declared once (schema, meta rule, gradient, samples for
 ``flow.testing.opcheck``) in ``flow_register_ops``; kernels attach to it by
 name in ``flow_register_kernels``, which runs after every plugin has declared
-its ops.
+its ops. ``flow_register_rules`` fills two tables other plugins own: ``"sbp"``
+(flow-dist: the SBP signatures an op supports) and ``"amp_color"`` (flow-amp:
+allow, deny, infer or clear). Where those plugins are not installed the rules
+are queued (``python -m flow plugins`` lists them) and go into the tables as
+soon as a plugin declares them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from flow.plugins import hookimpl
 from flow.registry import FLOAT, Attr, schema
 
 OP_NAME = "example_swish"
+SBP_TABLE = "sbp"  # declared by flow-dist (flow_dist.plugin)
+AMP_TABLE = "amp_color"  # declared by flow-amp (flow_amp.plugin)
+AMP_COLOR = "infer"  # elementwise: run in the dtype its input arrives in (follow the neighbours)
 
 
 def swish_meta(x, beta: float) -> TensorMeta:
@@ -50,6 +57,17 @@ def swish_cpu(x: np.ndarray, beta: float) -> np.ndarray:
     return x * (0.5 + 0.5 * np.tanh(0.5 * beta * x))
 
 
+def swish_sbp_signatures(x, beta: float = 1.0) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The SBP signatures ``example_swish`` supports, as ``(input SBPs, output SBPs)`` per signature.
+
+    Called like the meta rule (``x`` has ``shape``, ``dtype``, ``device``). Elementwise: a split
+    along any axis stays that split, a broadcast stays a broadcast. A partial sum is not
+    supported: swish is not linear, so it must be reduced (boxed to broadcast) first.
+    """
+    splits = [((f"S({d})",), (f"S({d})",)) for d in range(len(x.shape))]
+    return splits + [(("B",), ("B",))]
+
+
 @hookimpl
 def flow_register_ops(registry) -> None:
     registry.register_op(
@@ -64,3 +82,9 @@ def flow_register_ops(registry) -> None:
 @hookimpl
 def flow_register_kernels(registry) -> None:
     registry.register_kernel(OP_NAME, "cpu", swish_cpu)
+
+
+@hookimpl
+def flow_register_rules(registry) -> None:
+    registry.register_rule(SBP_TABLE, OP_NAME, swish_sbp_signatures)
+    registry.register_rule(AMP_TABLE, OP_NAME, AMP_COLOR)

@@ -98,6 +98,25 @@ def _callers(handles: list) -> list[dict]:
     return out
 
 
+def _callers_by_name(op_name: str, plugin: str) -> list[dict]:
+    """Functions of the op's plugin package that run it by name (``flow.ops.call("name", ...)``).
+    The core's own ops are called through their handles (:func:`_callers`) instead."""
+    from flow.plugins import manager
+
+    info = manager._infos.get(plugin)
+    tops = {info.module.split(".")[0]} - {"flow"} if info is not None else set()
+    out = []
+    for mname, mod in list(sys.modules.items()):
+        if mod is None or mname.split(".")[0] not in tops:
+            continue
+        for k, v in list(vars(mod).items()):
+            code = getattr(v, "__code__", None)
+            if (code is not None and getattr(v, "__module__", None) == mname and op_name in code.co_consts
+                    and "call" in code.co_names):
+                out.append({"function": f"{mname}.{k}", "where": where(v)})
+    return out
+
+
 def _bindings(op_name: str, callers: list[dict]) -> list[dict]:
     """Public functions and Tensor methods named after the op, or calling a function that runs it."""
     import flow
@@ -126,7 +145,7 @@ def describe_op(op_name: str) -> dict:
     if op is None:
         raise KeyError(op_name)
     handles = _handle_globals(op_name)
-    callers = _callers(handles)
+    callers = _callers(handles) + _callers_by_name(op_name, op.plugin)
     sch = op.schema
     kernels = []
     for (dev, dtype), entries in sorted(op.kernels.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
