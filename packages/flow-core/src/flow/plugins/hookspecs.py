@@ -65,6 +65,9 @@ def flow_register_tables(registry) -> None:
 def flow_register_kernels(registry) -> None:
     """Attach kernels with ``registry.register_kernel(op, device_type, fn)``.
 
+    A kernel for a slot another plugin holds (same op, device type, dtype and kernel name) must
+    say ``override=True`` or give a different ``priority=`` (the higher wins in any load order).
+
     A kernel takes and returns raw arrays of its device's array module.
     ``device_type="generic"`` registers a factory ``fn(xp) -> kernel`` that
     serves every device whose array module follows NumPy's API."""
@@ -72,7 +75,11 @@ def flow_register_kernels(registry) -> None:
 
 @hookspec
 def flow_register_rules(registry) -> None:
-    """Fill other plugins' tables with ``registry.register_rule(table, op, rule)``."""
+    """Fill other plugins' tables with ``registry.register_rule(table, op, rule)``.
+
+    A table that no loaded plugin declares (flow-dist's ``"sbp"`` where flow-dist is not
+    installed) is no error: the rule is queued and goes into the table when its owner declares
+    it; ``python -m flow plugins`` lists the queued ones."""
 
 
 @hookspec
