@@ -285,6 +285,9 @@ class GraphIR:
         if multi:
             tags["multi_output"] = True
         n = self.make_node(op, ins, attrs, tuple(out) if multi else (out,), loc, scope, tags)
+        from flow.graph.meta_check import mark_node_checked
+
+        mark_node_checked(n)  # its metas are the rule's
         self.insert_node(n, before=before, after=after)
         return n
 

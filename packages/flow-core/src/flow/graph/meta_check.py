@@ -72,6 +72,18 @@ def check_metas(ir) -> None:
         n._meta_key = key
 
 
+def mark_node_checked(node) -> None:
+    """Record the node's current metas as agreeing with its meta rule (they were just made by it)."""
+    node._meta_key = _key(node)
+
+
+def mark_checked(ir) -> None:
+    """Record every node's current metas as agreeing with its meta rule, without running the rules
+    (for an IR whose metas just came from them: the tracer's)."""
+    for n in ir.nodes:
+        n._meta_key = _key(n)
+
+
 def infer_metas(ir) -> int:
     """Recompute every node's output shapes, dtypes and devices from its meta rule, in order (the
     values are updated in place, so readers see the new metas); returns the number of values that
