@@ -311,3 +311,22 @@ def test_dropout_mask_op_is_in_the_traced_ir_and_draws_eager_masks():
     import flow.graph.tracer as tracer
 
     assert not hasattr(tracer, "_keep_mask") and not hasattr(tracer, "_route_hooks")
+
+
+def test_alpha_dropout_draws_its_mask_with_the_same_op():
+    @flow.compile
+    def f(x):
+        return flow.nn.functional.alpha_dropout(x, 0.3, training=True)
+
+    x = flow.randn(4, 6)
+    flow.manual_seed(5)
+    graph = [f(x).numpy() for _ in range(2)]
+    assert f.ir.op_counts()["bernoulli_mask"] == 1
+    flow.manual_seed(5)
+    rec = Recorder("bernoulli_mask")
+    with flow.interceptors.intercept(rec):
+        eager = [flow.nn.functional.alpha_dropout(x, 0.3, training=True).numpy() for _ in range(2)]
+    assert [c[2]["scale"] for c in rec.calls] == [1.0, 1.0]
+    for g, e in zip(graph, eager):
+        np.testing.assert_array_equal(g, e)
+    assert not np.array_equal(graph[0], graph[1])

@@ -104,13 +104,12 @@ def _feed_first_step(opt, gi, bi, idx):
     return np.asarray(not _present(_bucket(opt, gi, bi), "momentum_buffer", idx, opt, gi))
 
 
-def _feed_present(opt, gi, bi, idx):
+def _feed_present(opt, gi, bi, idx, names=()):
     b = _bucket(opt, gi, bi)
-    names = opt._state_names(opt.param_groups[gi])
     return np.array([_present(b, n, idx, opt, gi) for n in names], dtype=bool)
 
 
-_FEEDERS = {"lr": _feed_lr, "step": _feed_step, "first_step": _feed_first_step, "present": _feed_present}
+_FEEDERS = {"lr": _feed_lr, "step": _feed_step, "first_step": _feed_first_step}
 
 
 def _bump(opt, gi, bi, idx, names):
@@ -177,8 +176,8 @@ class OptimizerBinding:
                         "present": ((len(names),), D.bool)}[feed]
         arr, t = b.feed(feed, shape, dtype)
         idx = partial(self._grads_of, opt, gi, bi)
-        sym = self.tracer.host_input(name, TensorMeta(shape, dtype, b.device),
-                                     lambda f=_FEEDERS[feed]: f(opt, gi, bi, idx()))
+        fn = partial(_feed_present, names=tuple(names)) if feed == "present" else _FEEDERS[feed]
+        sym = self.tracer.host_input(name, TensorMeta(shape, dtype, b.device), lambda: fn(opt, gi, bi, idx()))
         self._hosts.append((t, arr))
         t._data = sym._data
 

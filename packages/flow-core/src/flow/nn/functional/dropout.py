@@ -132,14 +132,10 @@ def _alpha(op, input, p, training, inplace, shape):
         return input
     if p == 1.0:
         return _finish(input, lambda x: x * 0.0, op, inplace)
-    import flow
-    from flow._random import host_rng
-
-    keep = (host_rng(None).random(shape) >= p).astype(input.dtype.np)
+    keep = _keep_mask(input, shape, p, 1.0)  # 0/1 of the input's dtype: the same op as dropout's
     a = 1.0 / ((_SELU_ALPHA_PRIME ** 2 * p + 1.0) * (1.0 - p)) ** 0.5
-    b = (keep - 1.0) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
-    mul = flow.tensor((keep * a).astype(input.dtype.np), device=input.device)
-    add = flow.tensor(b.astype(input.dtype.np), device=input.device)
+    mul = keep * a
+    add = (keep - 1.0) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
     return _finish(input, lambda x: x * mul + add, op, inplace)
 
 
