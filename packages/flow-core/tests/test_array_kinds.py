@@ -164,6 +164,9 @@ def test_dtype_and_device_from_the_array():
         assert repr(t) == "tensor(..., size=(4, 5), device='meta', dtype=flow.float16)"
         with pytest.raises(FlowError, match="no host value"):
             t.numpy()
+        with pytest.raises(RuntimeError, match="Meta .an array kind. have no strides"):
+            t.stride()
+        assert t.is_contiguous()
     finally:
         K.unregister_array_kind(Meta)
 

@@ -167,6 +167,9 @@ class Tensor(
     def stride(self, dim: int | None = None):
         st = getattr(self._data, "strides", None)
         if st is None:
+            if self._data.__class__ in _KINDS:
+                raise RuntimeError(f"stride: tensors whose data is a {type(self._data).__name__} (an array kind) "
+                                   "have no strides")
             raise RuntimeError(f"stride: tensors on device '{self.device}' have no strides")
         st = tuple(s // self.dtype.itemsize for s in st)
         return st if dim is None else st[_wrap_dim(dim, self.ndim, "stride")]
