@@ -510,3 +510,58 @@ def test_tensors_on_different_devices_reach_the_handler_then_fail_if_it_declines
         assert got == [["cpu", "cpu", "meta"]] * 2
     finally:
         K.unregister_array_kind(Other)
+
+
+# -- a kind whose tensors have a logical shape other than their pieces' ------------------------
+class RowSplitArray:
+    """A logical array kept as two row blocks (as a global tensor split over two ranks)."""
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+
+    shape = property(lambda self: (sum(p.shape[0] for p in self.parts),) + self.parts[0].shape[1:])
+    ndim = property(lambda self: self.parts[0].ndim)
+    size = property(lambda self: sum(p.size for p in self.parts))
+    dtype = property(lambda self: self.parts[0].dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.concatenate(self.parts)
+
+    def repr_extras(self):
+        return [f"pieces={[p.shape for p in self.parts]}"]
+
+
+ELEMENTWISE = {"add", "mul", "neg", "tanh"}
+
+
+def row_split_handler(op, inputs, attrs):
+    """Elementwise ops run piece by piece with the raw kernels; everything else is declined."""
+    if op.name not in ELEMENTWISE:
+        return NotImplemented
+    split = next(x._data for x in inputs if isinstance(x, flow.Tensor) and isinstance(x._data, RowSplitArray))
+    dev = next(x.device for x in inputs if isinstance(x, flow.Tensor))
+    pieces = []
+    for i in range(len(split.parts)):
+        args = [x._data.parts[i] if isinstance(x, flow.Tensor) and isinstance(x._data, RowSplitArray)
+                else x._data if isinstance(x, flow.Tensor) else x for x in inputs]
+        pieces.append(K.run_kernel(op, *args, device=dev.type, **attrs))
+    out = K.wrap(RowSplitArray(pieces), dev)
+    K.record(op, inputs, attrs, out)
+    return out
+
+
+def test_a_kind_reports_its_logical_shape_and_runs_kernels_on_pieces():
+    K.register_array_kind(RowSplitArray, row_split_handler)
+    try:
+        a = np.arange(12, dtype=np.float32).reshape(4, 3)
+        x = K.wrap(RowSplitArray([a[:2].copy(), a[2:].copy()]))
+        assert x.shape == (4, 3) and x.numel() == 12 and len(x) == 4 and x.ndim == 2
+        assert "pieces=[(2, 3), (2, 3)]" in repr(x)
+        y = flow.tanh(x * 2.0) + x
+        assert isinstance(y._data, RowSplitArray) and [p.shape for p in y._data.parts] == [(2, 3), (2, 3)]
+        np.testing.assert_allclose(y.numpy(), np.tanh(a * 2) + a, rtol=1e-6)
+        s = y.sum()  # declined: the kernel reads the logical value through __array__
+        assert not isinstance(s._data, RowSplitArray)
+        np.testing.assert_allclose(s.item(), (np.tanh(a * 2) + a).sum(), rtol=1e-5)
+    finally:
+        K.unregister_array_kind(RowSplitArray)
