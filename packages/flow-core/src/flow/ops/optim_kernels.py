@@ -18,6 +18,8 @@ import numpy as np
 
 from flow import _dtype as D
 from flow.ops._define import kernel
+from flow.optim import _flat as flat_mod
+from flow.optim._foreach import adam_step, overlaps, sgd_step, split_runs, thread_scratch
 
 # -- flat views -------------------------------------------------------------------------------
 
@@ -83,28 +85,44 @@ def _flat(xp, arrays, inplace: bool):
     return flat, back
 
 
+_LOW = (np.dtype(np.float16), np.dtype(D.bfloat16.np))
+_F32 = np.dtype(np.float32)
+
+
 def _compute_dtype(a):
-    return np.dtype(np.float32) if a.dtype in (np.dtype(np.float16), D.bfloat16.np) else a.dtype
+    return _F32 if a.dtype in _LOW else a.dtype
 
 
 def _ctx(xp, params):
     """``(xp, compute dtype, scratch)`` for the update of ``params`` (this thread's scratch buffers)."""
-    from flow.optim._foreach import thread_scratch
-
     cd = _compute_dtype(params[0])
     return xp, cd, thread_scratch(xp, cd)
+
+
+_CHUNKS: dict = {}
 
 
 def _chunks(params) -> list[tuple[int, int]]:
     """Ranges of parameters updated by one call: at most ``GRAD_CHUNK`` elements each (a bigger parameter
     alone), so the scratch stays small, and never two parameters that share memory (they are updated
-    one after the other)."""
-    from flow.optim import _flat as flat_mod
-    from flow.optim._foreach import cached_overlaps, split_runs
-
+    one after the other). Cached by the arrays' identities (weak references only), as a step updates
+    the same arrays every time."""
     if len(params) == 1:
         return [(0, 1)]
-    return split_runs([int(p.size) for p in params], cached_overlaps(params), flat_mod.GRAD_CHUNK)
+    limit = flat_mod.GRAD_CHUNK
+    key = (tuple(map(id, params)), limit)
+    hit = _CHUNKS.get(key)
+    if hit is not None and all(r() is a for r, a in zip(hit[0], params)):
+        return hit[1]
+    res = split_runs([int(p.size) for p in params], overlaps(params), limit)
+    try:
+        refs = [weakref.ref(a) for a in params]
+    except TypeError:  # an array type without weak references: no caching
+        return res
+    if len(_CHUNKS) > 256:
+        _CHUNKS.clear()
+    _CHUNKS[key] = (refs, res)
+    return res
 
 
 def _prepare(params, states, inplace):
@@ -119,8 +137,6 @@ def _prepare(params, states, inplace):
 
 @kernel("sgd_update")
 def _sgd_kernel(xp):
-    from flow.optim._foreach import sgd_step
-
     def sgd_update(params, grads, bufs, lr, first_step, *, momentum=0.0, dampening=0.0, nesterov=False,
                    weight_decay=0.0, maximize=False, inplace=False):
         params, bufs = _prepare(params, bufs, inplace)
@@ -140,8 +156,6 @@ def _sgd_kernel(xp):
 
 @kernel("adam_update")
 def _adam_kernel(xp):
-    from flow.optim._foreach import adam_step
-
     def adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, step, *, beta1=0.9, beta2=0.999,
                     eps=1e-8, weight_decay=0.0, decoupled=False, amsgrad=False, maximize=False, inplace=False):
         n = len(params)

@@ -175,39 +175,47 @@ class FlatBucket:
         one update op each. In the usual case (every parameter has a gradient, all were initialised
         together) that is the whole bucket; the op's kernel splits it into fused calls of at most
         :data:`GRAD_CHUNK` elements."""
-        out: list[tuple[int, int]] = []
+        params = self.params
+        n = len(params)
         pres = [self.present[k] for k in names if k in self.present]
-        steps = self.steps
-        start, key = -1, None
-        for i, p in enumerate(self.params):
-            k = None if p.grad is None else (int(steps[i]),) + tuple(bool(m[i]) for m in pres)
-            if k != key:
-                if key is not None:
-                    out.append((start, i))
-                start, key = i, k
-        if key is not None:
-            out.append((start, len(self.params)))
-        return out
+        if all(p.grad is not None for p in params):  # the usual case, checked first: one run of the bucket
+            steps = self.steps
+            if n == 1 or ((steps == steps[0]).all() and all(m.all() or not m.any() for m in pres)):
+                return [(0, n)] if n else []
+        has = np.fromiter((p.grad is not None for p in params), dtype=bool, count=n)
+        # a parameter's status: has a gradient, its step count, which states hold a value; runs start where
+        # the status changes (vectorised: one pass of NumPy over the bucket, not Python per parameter)
+        cols = [has, self.steps] + pres
+        change = np.zeros(n, dtype=bool)
+        if n:
+            change[0] = True
+            for c in cols:
+                change[1:] |= c[1:] != c[:-1]
+        starts = np.flatnonzero(change).tolist()
+        ends = starts[1:] + [n]
+        return [(i0, i1) for i0, i1 in zip(starts, ends) if has[i0]]
 
     def grads(self, i0: int, i1: int) -> list:
         """The gradients of parameters ``i0:i1``, checked against the parameters' shapes and dtypes (before
         any update: the update op's meta rule must not fail half-way through a step)."""
-        out = []
-        for i in range(i0, i1):
-            g = self.params[i].grad
-            gd = g._data
-            if tuple(gd.shape) != self.shapes[i]:
-                raise OptimizerError(
-                    f"{self.opt_name}: {self.labels[i]} of shape {self.shapes[i]} has a gradient of shape "
-                    f"{tuple(gd.shape)}"
-                )
-            if g.dtype is not self.dtype or g.device != self.device:
-                raise OptimizerError(
-                    f"{self.opt_name}: {self.labels[i]} ({self.dtype} on {self.device}) has a gradient of dtype "
-                    f"{g.dtype} on {g.device}"
-                )
-            out.append(g)
+        out = [p.grad for p in self.params[i0:i1]]
+        dtype, device, shapes = self.dtype, self.device, self.shapes
+        for k, g in enumerate(out):
+            if g.dtype is not dtype or g.device is not device or g._data.shape != shapes[i0 + k]:
+                self._bad_grad(i0 + k, g)
         return out
+
+    def _bad_grad(self, i: int, g) -> None:
+        if tuple(g._data.shape) != self.shapes[i]:
+            raise OptimizerError(
+                f"{self.opt_name}: {self.labels[i]} of shape {self.shapes[i]} has a gradient of shape "
+                f"{tuple(g._data.shape)}"
+            )
+        if g.dtype is not self.dtype or g.device != self.device:
+            raise OptimizerError(
+                f"{self.opt_name}: {self.labels[i]} ({self.dtype} on {self.device}) has a gradient of dtype "
+                f"{g.dtype} on {g.device}"
+            )
 
 
 def segment_norms(x, starts, numels, xp=np):

@@ -28,11 +28,20 @@ import numpy as np
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+_NATIVE: list = []  # flow.backends.cpu.native, imported on first use
+
+
+def _native():
+    if not _NATIVE:
+        from flow.backends.cpu import native
+
+        _NATIVE.append(native)
+    return _NATIVE[0]
+
+
 def native_ok(xp, cdtype) -> bool:
     """Whether the native multi-tensor kernels can run for this array module and compute dtype."""
-    from flow.backends.cpu import native
-
-    return native.HAVE_NATIVE and xp is np and np.dtype(cdtype) in _NATIVE_DTYPES
+    return xp is np and _native().HAVE_NATIVE and np.dtype(cdtype) in _NATIVE_DTYPES
 
 
 class Scratch:
@@ -254,10 +263,8 @@ def sgd_step(xp, params, grads, buf, cdtype, scratch: Scratch, lr: float, moment
 
     first = buf is not None and first_step
     if native_ok(xp, cdtype):
-        from flow.backends.cpu import native
-
         ps, gs, copies = _native_lists(params, grads, cdtype, scratch)
-        native.sgd_update_multi(ps, gs, buf, lr, momentum, dampening, nesterov, weight_decay, first, maximize)
+        _native().sgd_update_multi(ps, gs, buf, lr, momentum, dampening, nesterov, weight_decay, first, maximize)
         _write_copies(copies)
         return
     flat_update(lambda p, g: sgd_numpy(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first),
@@ -272,10 +279,8 @@ def adam_step(xp, params, grads, m, v, vmax, cdtype, scratch: Scratch, step: int
 
     args = (step, lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad)
     if native_ok(xp, cdtype):
-        from flow.backends.cpu import native
-
         ps, gs, copies = _native_lists(params, grads, cdtype, scratch)
-        native.adam_update_multi(ps, gs, m, v, vmax, *args, maximize)
+        _native().adam_update_multi(ps, gs, m, v, vmax, *args, maximize)
         _write_copies(copies)
         return
     flat_update(lambda p, g: adam_numpy(p, g, m, v, vmax, *args), xp, params, grads, cdtype, scratch, maximize)

@@ -286,17 +286,25 @@ class Optimizer:
                                               states, lr)
         outs = _call(op, *inputs, **attrs)
         # the op's outputs are the new parameters and states: with inplace=True the kernel wrote them into
-        # the inputs' own arrays (nothing to do); the graph tracer returns new symbolic values, which the
-        # parameters and states now hold
-        for t, o in zip(params, outs):
-            if o._data is not t._data:
-                t._data = o._data
-        for t, o in zip(states, outs[len(params):]):
-            if o._data is not t._data:
-                t._data = o._data
-        b.steps[i0:i1] += 1
+        # the inputs' own arrays (nothing to do: checked on the first of each); the graph tracer (or an
+        # interceptor answering the call) returns new values, which the parameters and states now hold
+        n = len(params)
+        if outs[0]._data is not params[0]._data or (states and outs[n]._data is not states[0]._data):
+            for t, o in zip(params + states, outs):
+                if o._data is not t._data:
+                    t._data = o._data
+        whole = i0 == 0 and i1 == len(b.params)
+        steps = b.steps
+        if whole:
+            steps += 1
+        else:
+            steps[i0:i1] += 1
         for name in names:
-            b.present[name][i0:i1] = True
+            pres = b.present[name]
+            if whole:
+                pres.fill(True)
+            else:
+                pres[i0:i1] = True
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients: to ``None`` (default), or to zeros in place."""
