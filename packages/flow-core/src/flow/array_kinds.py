@@ -52,6 +52,8 @@ import numpy as np
 
 from flow import _dispatch
 from flow import _dtype as D
+from flow._device import CPU
+from flow._device import device as _device
 
 __all__ = ["register_array_kind", "unregister_array_kind", "registered_array_kinds", "handler_for",
            "is_kind_array", "wrap", "run_kernel", "record"]
@@ -105,7 +107,9 @@ def flow_dtype(dt) -> D.dtype:
     """The ``flow.dtype`` of an array's ``dtype`` (a NumPy dtype or a flow dtype)."""
     if isinstance(dt, D.dtype):
         return dt
-    r = D.NP_TO_DTYPE.get(np.dtype(dt))
+    r = D.NP_TO_DTYPE.get(dt)
+    if r is None:
+        r = D.NP_TO_DTYPE.get(np.dtype(dt))
     if r is None:
         from flow.errors import OpTypeError
 
@@ -120,18 +124,17 @@ def wrap(array: Any, device=None, *, dtype=None, requires_grad: bool = False):
     the array's (for kinds whose ``dtype`` is not one flow knows). The tensor is a leaf; :func:`record`
     links outputs of an op to its inputs.
     """
-    from flow._device import CPU
-    from flow._device import device as _device
-    from flow._tensor import Tensor
-
     dev = getattr(array, "device", None)
     if dev is None or isinstance(array, np.ndarray):
         dev = device
     if dev is None:
         dev = CPU
-    elif not isinstance(dev, _device):
+    elif dev.__class__ is not _device:
         dev = _device(dev)
-    t = Tensor._make(array, flow_dtype(array.dtype if dtype is None else dtype), dev)
+    dt = array.dtype if dtype is None else dtype
+    if dt.__class__ is not D.dtype:
+        dt = flow_dtype(dt)
+    t = _dispatch.Tensor._make(array, dt, dev)
     if requires_grad:
         t.requires_grad = True
     return t
