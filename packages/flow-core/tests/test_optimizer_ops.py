@@ -119,6 +119,33 @@ def test_an_interceptor_can_answer_the_update_op():
     np.testing.assert_allclose(ps[0].detach().numpy(), ref[0] - np.float32(0.1) * g, rtol=1e-6)
 
 
+def test_the_plugins_doc_example_rewrites_gradients_before_every_update():
+    """docs/plugins.md: an interceptor averaging the gradients of 'world_size' replicas before each update."""
+    world_size = 4
+
+    def average_grads(op, inputs, attrs):
+        if op.name not in flow.ops.optim.UPDATE_OPS:
+            return NotImplemented
+        params, grads, *rest = inputs
+        grads = [g / world_size for g in grads]
+        return flow.interceptors.redispatch(op, (params, grads, *rest), attrs)
+
+    for make in (lambda ps: flow.optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: flow.optim.Adam(ps, lr=0.1),
+                 lambda ps: flow.optim.Adagrad(ps, lr=0.1)):
+        a, b = _params((3, 2), (4,)), _params((3, 2), (4,))
+        oa, ob = make(a), make(b)
+        for step in range(2):
+            _set_grads(a, step)
+            _set_grads(b, step)
+            for p in b:
+                p.grad = p.grad / world_size
+            with flow.interceptors.intercept(average_grads):
+                oa.step()
+            ob.step()
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x.detach().numpy(), y.detach().numpy())
+
+
 def test_without_an_interceptor_the_update_is_the_reference_formula():
     ps = _params((6,))
     p0 = ps[0].detach().numpy().astype(np.float64)
