@@ -83,6 +83,24 @@ def test_on_a_shape_only_device_the_suite_checks_shapes(meta_device):
     assert report["devices"] == ["meta"] and report["backward_checked"] == 0
 
 
+def test_an_op_with_kernels_for_other_devices_only_is_skipped_saying_so(npdev):
+    from flow.ops.meta import TensorMeta
+    from flow.registry import schema
+
+    mod = types.ModuleType("cpu_only")
+    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(
+        schema("tests_cpu_only_op", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)))
+    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(
+        "tests_cpu_only_op", "cpu", lambda x: x))
+    flow.plugins.register(mod, name="tests.cpu_only")
+    try:
+        report = check_op_on_device("tests_cpu_only_op", npdev)
+    finally:
+        flow.plugins.unregister("tests.cpu_only")
+    assert report["skipped"] == ["op 'tests_cpu_only_op' (plugin 'tests.cpu_only') has no kernel for 'npdev' and "
+                                 "no generic kernel (it has kernels for: cpu)"]
+
+
 def test_an_unknown_device_type_is_named():
     with pytest.raises(OpCheckError, match="no device type 'nodev' is registered"):
         check_op_on_device("add", "nodev")

@@ -19,7 +19,9 @@ For each op, on each of its samples (``samples=`` given at registration):
   checked against finite differences by flow-core's own suite.
 
 On a shape-only device (``DeviceType.extra["shape_only"]``) opcheck's shape checks stand for
-both. Ops marked ``nondeterministic`` are checked for shapes and dtypes, not values.
+both. Ops marked ``nondeterministic`` are checked for shapes and dtypes, not values. An op with
+no kernel that can run on the device (its plugin registered kernels for other devices only, and
+no generic one) is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -85,6 +87,12 @@ def check_op_on_device(op_name: str, device_type: str, *, backward: bool = True)
         raise OpCheckError(f"device conformance: no device type '{device_type}' is registered "
                            f"(registered: {sorted(REGISTRY.device_types)})")
     shape_only = bool(info.extra.get("shape_only"))
+    if not _runs_on(REGISTRY, op, device_type, info):
+        have = sorted({d for d, _ in op.kernels})
+        return {"op": op_name, "samples": 0, "devices": [device_type], "grad_checked": 0, "errors_checked": 0,
+                "backward_checked": 0,
+                "skipped": [f"op '{op_name}' (plugin '{op.plugin}') has no kernel for '{device_type}' and no generic "
+                            f"kernel (it has kernels for: {', '.join(have) or 'no device'})"]}
     # the finite-difference gradient check runs on the CPU, which flow-core's suite covers already
     report = opcheck(op_name, devices=[device_type], check_grad=shape_only)
     report["backward_checked"] = 0
@@ -124,6 +132,14 @@ def check_op_on_device(op_name: str, device_type: str, *, backward: bool = True)
                     raise OpCheckError(f"{where}: gradient of input {k} differs from the CPU's: {e}") from e
             report["backward_checked"] += 1
     return report
+
+
+def _runs_on(reg, op, device_type: str, info) -> bool:
+    """Some kernel can run the op on the device: its own (any dtype), a generic one, or the device's fallback.
+    An op that its plugin gave kernels for other devices only is not the device's to run."""
+    if info.kernel_fallback is not None or any(d == device_type for d, _ in op.kernels):
+        return True
+    return info.use_generic_kernels and any(d == "generic" for d, _ in op.kernels)
 
 
 def device_ops() -> list[str]:
