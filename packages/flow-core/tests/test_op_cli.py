@@ -52,10 +52,21 @@ def test_every_facet_of_a_core_op_with_its_source_line(capsys):
     grad_fn, grad_where = _facet(out, "gradient").split()
     assert grad_fn.endswith(REGISTRY.ops["add"].grad.__qualname__) and "def " in source_line(grad_where)
     assert re.search(r"^  generic 'default' \[flow\.ops\] \(factory of xp\): ", out, re.M)
-    assert re.search(r"^  cpu: default kernel of plugin '\S+'", out, re.M)  # what dispatch resolves on the CPU
+    assert re.search(r"^  cpu: every dtype -> 'default' of plugin '\S+'", out, re.M)  # what dispatch resolves
     assert re.search(r"^  flow\.Tensor\.add_ \(in-place method\)  \S+:\d+$", out, re.M)
     assert re.search(r"^  flow\.add \(function\)  \S+arith\.py:\d+$", out, re.M)
     assert "fusion lowering:" in out and "samples:" in out
+
+
+def test_resolution_is_shown_per_dtype_where_kernels_are_dtype_specific(capsys):
+    op = REGISTRY.ops["gelu"]
+    specific = sorted(str(dt) for d, dt in op.kernels if d == "cpu" and dt is not None)
+    if not specific:
+        pytest.skip("the native CPU kernels are not built")
+    rc, out, _ = run_cli(capsys, "gelu")
+    line = re.search(r"^  cpu: (.*)$", out, re.M).group(1)
+    want = [f"{dt} -> 'default' of plugin 'flow.cpu'" for dt in specific]
+    assert rc == 0 and line == "; ".join(want + ["other dtypes -> 'default' of plugin 'flow.ops' (generic)"])
 
 
 def test_json_has_the_same_facets(capsys):
@@ -123,7 +134,7 @@ def test_a_plugin_op_is_declared_where_register_op_is_called(capsys):
     assert rc == 0
     assert out.splitlines()[0].endswith(f"test_op_cli.py:{line})")
     assert "gradient:   none (not differentiable)" in out and "  (none)" in out  # no kernels
-    assert "  cpu: no kernel" in out
+    assert "  cpu: every dtype -> no kernel" in out
 
 
 @pytest.mark.parametrize("name, close", [("sofmax", "softmax"), ("matmull", "matmul")])

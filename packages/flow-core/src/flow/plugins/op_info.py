@@ -160,14 +160,20 @@ def describe_op(op_name: str) -> dict:
             })
     resolves = {}
     for dev_name, dev in sorted(REGISTRY.device_types.items()):
-        entries = REGISTRY.kernel_entries(op, dev_name, None)
-        if entries:
-            resolves[dev_name] = f"{entries[0].name} kernel of plugin '{entries[0].plugin}'" + (
-                " (generic)" if entries[0].generic else "")
-        elif dev.kernel_fallback is not None:
-            resolves[dev_name] = f"the device's fallback ({_name(dev.kernel_fallback)})"
-        else:
-            resolves[dev_name] = "no kernel"
+        # the dtypes some kernel is specific to, then every other dtype
+        dts = sorted({dt for d, dt in op.kernels if dt is not None and d in (dev_name, "generic")}, key=str)
+        parts = []
+        for dt in [*dts, None]:
+            entries = REGISTRY.kernel_entries(op, dev_name, dt)
+            if entries:
+                what = f"'{entries[0].name}' of plugin '{entries[0].plugin}'" + (
+                    " (generic)" if entries[0].generic else "")
+            elif dev.kernel_fallback is not None:
+                what = f"the device's fallback ({_name(dev.kernel_fallback)})"
+            else:
+                what = "no kernel"
+            parts.append(f"{'other dtypes' if dts and dt is None else dt or 'every dtype'} -> {what}")
+        resolves[dev_name] = "; ".join(parts)
     rules = {}
     for tname, t in sorted(REGISTRY.tables.items()):
         if op_name in t:
