@@ -621,3 +621,21 @@ def test_a_kind_reports_its_logical_shape_and_runs_kernels_on_pieces():
         np.testing.assert_allclose(s.item(), (np.tanh(a * 2) + a).sum(), rtol=1e-5)
     finally:
         K.unregister_array_kind(RowSplitArray)
+
+
+def test_the_example_in_docs_plugins_md_runs():
+    import pathlib
+
+    doc = pathlib.Path(__file__).resolve().parents[3] / "docs" / "plugins.md"
+    if not doc.exists():
+        pytest.skip("docs/plugins.md is not part of this checkout")
+    section = doc.read_text().split("\n## Array kinds\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    env: dict = {}
+    try:
+        exec(compile(code, str(doc), "exec"), env)
+        assert isinstance(env["x"].grad._data, env["MirroredArray"])
+        np.testing.assert_array_equal(env["x"].grad.numpy(), 2 * env["a"])
+    finally:
+        if "MirroredArray" in env and env["MirroredArray"] in K.registered_array_kinds():
+            K.unregister_array_kind(env["MirroredArray"])
