@@ -37,7 +37,7 @@ _dispatch.Node = _node.Node
 _node.Tensor = Tensor
 _engine.Tensor = Tensor
 
-from flow import autograd, errors, ops, plugins  # noqa: E402
+from flow import array_kinds, autograd, errors, interceptors, ops, plugins  # noqa: E402
 from flow._creation import (  # noqa: E402
     arange,
     as_tensor,

@@ -16,6 +16,7 @@ import numpy as np
 from flow import _dtype as D
 from flow._fpstate import FP_ERRORS as _FP_ERRORS
 from flow._fpstate import quiet_fp
+from flow._kinds import KINDS
 from flow.autograd.grad_mode import STATE
 from flow.errors import FlowError, OpError, OpMemoryError, OpTypeError
 from flow.registry.ops import OpDef
@@ -44,7 +45,7 @@ class _ChainState(threading.local):
 _CHAIN = _ChainState()
 # Array kinds (flow.array_kinds): {array class: handler(op, inputs, attrs)}. Looked up only for an
 # input array that is not an ``np.ndarray``, so plain CPU tensors pay one class test per input.
-_KINDS: dict = {}
+_KINDS = KINDS
 _ACTIVE = [0]
 _ACTIVE_LOCK = threading.Lock()
 _new = object.__new__
@@ -522,8 +523,3 @@ def _cast(t, dt):
 
 _CAST_HANDLE: list = [None]
 
-
-# ``flow.interceptors`` (the public face of the chain above) is importable as an attribute of
-# ``flow`` once the dispatcher is.
-from flow import array_kinds as _array_kinds  # noqa: E402,F401
-from flow import interceptors as _interceptors  # noqa: E402,F401

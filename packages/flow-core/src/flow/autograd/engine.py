@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from flow import _dispatch  # (partly initialised here: it imports flow.autograd; read at call time)
+from flow._kinds import KINDS as _KINDS
 from flow.autograd.grad_mode import STATE
 from flow.autograd.node import Node
 from flow.errors import AutogradError
@@ -226,7 +226,7 @@ def run_backward(
     for k, (t, g) in enumerate(zip(tensors, grad_tensors)):
         if not t._requires_grad:
             raise AutogradError(f"element {k} of tensors does not require grad and does not have a grad_fn")
-        if g._data.__class__ is not t._data.__class__ and t._data.__class__ in _dispatch._KINDS:
+        if g._data.__class__ is not t._data.__class__ and t._data.__class__ in _KINDS:
             g = _kind_seed(t, g)
         _foreign(given, g)
         if t.grad_fn is None:  # backward on a leaf: its gradient is the seed itself
@@ -344,7 +344,7 @@ def _kind_seed(t, g):
     array kind becomes an array of that kind laid out like the output (its array's ``like``, see
     flow.array_kinds), so that the gradients are of the kind too; without ``like`` it stays plain."""
     like = getattr(t._data, "like", None)
-    if like is None or g._data.__class__ in _dispatch._KINDS:
+    if like is None or g._data.__class__ in _KINDS:
         return g
     return Tensor._make(like(g.numpy_host()), g.dtype, t.device)
 

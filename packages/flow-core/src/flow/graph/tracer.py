@@ -31,18 +31,18 @@ from functools import partial
 
 import numpy as np
 
-import flow
 from flow import _dtype as D
 from flow import array_kinds
 from flow._dispatch import _meta_inputs
 from flow._tensor import Tensor
-from flow.autograd.grad_mode import STATE
+from flow.autograd.grad_mode import STATE, no_grad
 from flow.errors import OpTypeError
 from flow.graph.ir import GraphIR, HostSpec, Lit, SourceLoc, StateSpec, Value
 from flow.graph.symbolic import GraphTraceError, SymbolicArray
+from flow.interceptors import intercept
 from flow.ops.meta import TensorMeta
 
-_FLOW_DIR = os.path.dirname(os.path.abspath(flow.__file__)) + os.sep
+_FLOW_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # flow's own folder
 class _Tracing(threading.local):
     """The tracers running in this thread (innermost last): tracing is per thread, so eager code
     in other threads (a data pipeline, an evaluation loop) runs untouched while a graph traces."""
@@ -315,7 +315,7 @@ class Tracer:
     def inplace_binary(self, dst: SymbolicArray, other, opname: str) -> None:
         a = self.tensor_of(dst.value)
         b = self.tensor_of(other.value) if isinstance(other, SymbolicArray) else other
-        with flow.no_grad():
+        with no_grad():
             r = a + b if opname == "add" else a * b if opname == "mul" else a - b
         self.assign(dst, r._data)
 
@@ -329,7 +329,7 @@ class Tracer:
         stack = _ACTIVE.stack
         stack.append(self)
         try:
-            with flow.interceptors.intercept(self):
+            with intercept(self):
                 yield self
         finally:
             stack.pop()

@@ -10,6 +10,15 @@ from flow.nn.modules import *  # noqa: F401,F403
 from flow.nn.modules import __all__ as _modules_all
 from flow.nn.parameter import Buffer, Parameter
 
-__all__ = ["functional", "init", "utils", "Parameter", "Buffer", "Graph"] + list(_modules_all)
+__all__ = ["functional", "init", "utils", "Parameter", "Buffer", "Graph"] + list(_modules_all)  # noqa: F405
 
-from flow.graph.graph import Graph  # noqa: E402  (graph mode: flow.nn.Graph)
+
+def __getattr__(name: str):
+    # flow.nn.Graph is graph mode's class (flow.graph.graph), which itself builds on flow.nn: found on
+    # first use, so that flow.nn does not import the graph compiler (and the two do not import each other).
+    if name == "Graph":
+        from flow.graph.graph import Graph
+
+        globals()["Graph"] = Graph
+        return Graph
+    raise AttributeError(f"module 'flow.nn' has no attribute '{name}'")

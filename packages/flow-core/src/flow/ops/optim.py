@@ -26,7 +26,6 @@ attributes. The CPU kernels are the native multi-tensor code (:mod:`flow.ops.opt
 
 from __future__ import annotations
 
-import flow
 from flow import _dtype as D
 from flow.errors import OpError, OpTypeError
 from flow.ops._define import defop
@@ -113,6 +112,7 @@ def _generic_meta(params, grads, states, lr, step, present, *, names=(), **attrs
 
 def _opt_samples(kind):
     def samples():
+        from flow._creation import tensor
         from flow.errors import OpError as E
         from flow.ops._samples import uniform
         from flow.testing import ErrorInput, SampleInput
@@ -121,36 +121,36 @@ def _opt_samples(kind):
         ps = [uniform(s, seed=i) for i, s in enumerate(shapes)]
         gs = [uniform(s, seed=10 + i) for i, s in enumerate(shapes)]
         st = [uniform(s, 0.1, 1.0, seed=20 + i) for i, s in enumerate(shapes)]
-        lr = flow.tensor(0.1, dtype=flow.float64)
+        lr = tensor(0.1, dtype=D.float64)
         short, odd = gs[:1], [gs[1], gs[0]]  # one gradient too few; gradients of the wrong shapes
         if kind == "sgd":
-            yield SampleInput((ps, gs, st, lr, flow.tensor(False)), dict(momentum=0.9, weight_decay=0.01))
-            yield SampleInput((ps, gs, [], lr, flow.tensor(True)), dict(nesterov=False, maximize=True))
-            yield ErrorInput((ps, short, st, lr, flow.tensor(False)), {}, E, "expected one gradient per parameter")
-            yield ErrorInput((ps, odd, st, lr, flow.tensor(False)), {}, E, "gradient of shape (5,)")
-            yield ErrorInput((ps, gs, st[:1], lr, flow.tensor(False)), {}, E, "one momentum buffer per parameter")
-            yield ErrorInput(([], [], [], lr, flow.tensor(False)), {}, E, "at least one parameter")
-            yield ErrorInput((ps, gs, st, lr.reshape(1), flow.tensor(False)), {}, E, "'lr' must be a 0-d tensor")
-            yield ErrorInput((ps, [g.float() for g in gs], st, lr, flow.tensor(False)), {}, E, "gradient of dtype")
+            yield SampleInput((ps, gs, st, lr, tensor(False)), dict(momentum=0.9, weight_decay=0.01))
+            yield SampleInput((ps, gs, [], lr, tensor(True)), dict(nesterov=False, maximize=True))
+            yield ErrorInput((ps, short, st, lr, tensor(False)), {}, E, "expected one gradient per parameter")
+            yield ErrorInput((ps, odd, st, lr, tensor(False)), {}, E, "gradient of shape (5,)")
+            yield ErrorInput((ps, gs, st[:1], lr, tensor(False)), {}, E, "one momentum buffer per parameter")
+            yield ErrorInput(([], [], [], lr, tensor(False)), {}, E, "at least one parameter")
+            yield ErrorInput((ps, gs, st, lr.reshape(1), tensor(False)), {}, E, "'lr' must be a 0-d tensor")
+            yield ErrorInput((ps, [g.float() for g in gs], st, lr, tensor(False)), {}, E, "gradient of dtype")
         elif kind == "adam":
             st2 = [uniform(s, 0.1, 1.0, seed=30 + i) for i, s in enumerate(shapes)]
-            yield SampleInput((ps, gs, st, st2, [], lr, flow.tensor(3)), dict(weight_decay=0.01))
-            yield SampleInput((ps, gs, st, st2, st2, lr, flow.tensor(1)), dict(amsgrad=True, decoupled=True))
-            yield ErrorInput((ps, short, st, st2, [], lr, flow.tensor(3)), {}, E, "expected one gradient")
-            yield ErrorInput((ps, gs, odd, st2, [], lr, flow.tensor(3)), {}, E, "exp_avg of shape (5,)")
-            yield ErrorInput((ps, gs, st, st2, [], lr, flow.tensor(3)), {"amsgrad": True}, E, "max_exp_avg_sq")
-            yield ErrorInput((ps, gs, st, st2, [], lr, flow.tensor([3])), {}, E, "'step' must be a 0-d tensor")
+            yield SampleInput((ps, gs, st, st2, [], lr, tensor(3)), dict(weight_decay=0.01))
+            yield SampleInput((ps, gs, st, st2, st2, lr, tensor(1)), dict(amsgrad=True, decoupled=True))
+            yield ErrorInput((ps, short, st, st2, [], lr, tensor(3)), {}, E, "expected one gradient")
+            yield ErrorInput((ps, gs, odd, st2, [], lr, tensor(3)), {}, E, "exp_avg of shape (5,)")
+            yield ErrorInput((ps, gs, st, st2, [], lr, tensor(3)), {"amsgrad": True}, E, "max_exp_avg_sq")
+            yield ErrorInput((ps, gs, st, st2, [], lr, tensor([3])), {}, E, "'step' must be a 0-d tensor")
         else:
             hyper = (("alpha", 0.99), ("centered", False), ("eps", 1e-8), ("foreach", None), ("maximize", False),
                      ("momentum", 0.0), ("weight_decay", 0.0), ("capturable", False), ("differentiable", False))
             at = dict(optimizer="flow.optim.rmsprop:RMSprop", hyper=hyper, names=("square_avg",))
-            yield SampleInput((ps, gs, st, lr, flow.tensor(2), flow.tensor([True])), at)
-            yield ErrorInput((ps, short, st, lr, flow.tensor(2), flow.tensor([True])), at, E, "expected one gradient")
-            yield ErrorInput((ps, gs, st[:1], lr, flow.tensor(2), flow.tensor([True])), at, E,
+            yield SampleInput((ps, gs, st, lr, tensor(2), tensor([True])), at)
+            yield ErrorInput((ps, short, st, lr, tensor(2), tensor([True])), at, E, "expected one gradient")
+            yield ErrorInput((ps, gs, st[:1], lr, tensor(2), tensor([True])), at, E,
                              "expected 1 states per parameter")
-            yield ErrorInput((ps, gs, st, lr, flow.tensor(2), flow.tensor([True, False])), at, E,
+            yield ErrorInput((ps, gs, st, lr, tensor(2), tensor([True, False])), at, E,
                              "'present' must have one flag per state name")
-            yield ErrorInput((ps, gs, st, lr, flow.tensor(2), flow.tensor([True])),
+            yield ErrorInput((ps, gs, st, lr, tensor(2), tensor([True])),
                              {**at, "optimizer": "flow.optim:NoSuchOptimizer"}, E, "names no optimizer class")
 
     return samples
