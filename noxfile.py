@@ -1,7 +1,9 @@
 """Test and lint sessions for every package of the monorepo (run `nox`, or `nox -l` to list them).
 
-- ``lint``: ruff over packages/, examples/, benchmarks/, tools/ and this file (settings in ruff.toml);
-- ``structure``: no source module over 600 lines, no import cycle in any package (tools/structure.py; deferred imports inside functions are reported, not failed on);
+- ``lint``: ruff check and ruff format --check over packages/, examples/, benchmarks/, tools/ and this file
+  (settings in ruff.toml);
+- ``structure``: no source module over 600 lines, no import cycle in any package (tools/structure.py;
+  deferred imports inside functions are reported, not failed on);
 - ``tests(package=...)``: one session per ``packages/*`` with a pyproject: flow-core, then the
   package with its ``test`` extra, then its ``tests/`` with pytest;
 - ``all_plugins``: every package and example plugin installed together, and flow-core's tests and
@@ -96,8 +98,17 @@ def core_wheel(session: nox.Session) -> Path:
     start = time.perf_counter()
     tmp = WHEEL_CACHE / f"_building-{key}"
     if session.venv_backend == "uv":
-        session.run("uv", "build", "--wheel", "--out-dir", str(tmp), "--python", f"{session.bin}/python",
-                    str(CORE_DIR), external=True)
+        session.run(
+            "uv",
+            "build",
+            "--wheel",
+            "--out-dir",
+            str(tmp),
+            "--python",
+            f"{session.bin}/python",
+            str(CORE_DIR),
+            external=True,
+        )
     else:
         session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(tmp), str(CORE_DIR))
     tmp.rename(out)  # only a finished build lands under its key
@@ -123,9 +134,11 @@ def run_pytest(session: nox.Session, project_dir: Path) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check over the whole repository."""
+    """ruff check and ruff format --check over the whole repository."""
     session.install(RUFF)
-    session.run("ruff", "check", *(p for p in LINT_PATHS if (ROOT / p).exists()))
+    paths = [p for p in LINT_PATHS if (ROOT / p).exists()]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 @nox.session
@@ -161,8 +174,11 @@ def torch_test_files(project_dir: Path) -> list[str]:
     tests = project_dir / "tests"
     if not tests.is_dir():
         return []
-    return sorted(p.relative_to(project_dir).as_posix() for p in tests.rglob("test_*.py")
-                  if "torch" in p.read_text(encoding="utf-8"))
+    return sorted(
+        p.relative_to(project_dir).as_posix()
+        for p in tests.rglob("test_*.py")
+        if "torch" in p.read_text(encoding="utf-8")
+    )
 
 
 @nox.session(venv_backend="virtualenv")  # a virtualenv has pip, which installs torch as this machine's pip config says

@@ -84,8 +84,14 @@ def machine_info() -> dict:
     """What the figures were measured on (imports NumPy; call it in the process that times)."""
     import numpy as np
 
-    info = {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": THREADS, "python": platform.python_version(),
-            "numpy": np.__version__, "blas": blas_kernel()}
+    info = {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "threads": THREADS,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": blas_kernel(),
+    }
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if os.environ.get(var):
             info[var] = os.environ[var]

@@ -100,23 +100,45 @@ def graph_worker(model: str, warmup: int, steps: int, timer: str) -> dict:
     times = C.time_steps(step, steps, max(warmup - 1, 0), timer)
     loss = step()
     peak = C.peak_rss()
-    return {"framework": "graph", "model": model, "times": times, "first_s": first,
-            "compile_s": first - C.median(times), "reported_compile_s": getattr(g, "compile_time", None),
-            "compiles": getattr(g, "compiles", None), "peak_bytes": peak - base_rss, "baseline_rss": base_rss,
-            "baseline_peak": base_peak, "loss": loss, "version": getattr(flow, "__version__", "?")}
+    return {
+        "framework": "graph",
+        "model": model,
+        "times": times,
+        "first_s": first,
+        "compile_s": first - C.median(times),
+        "reported_compile_s": getattr(g, "compile_time", None),
+        "compiles": getattr(g, "compiles", None),
+        "peak_bytes": peak - base_rss,
+        "baseline_rss": base_rss,
+        "baseline_peak": base_peak,
+        "loss": loss,
+        "version": getattr(flow, "__version__", "?"),
+    }
 
 
 def run_worker(mode: str, model: str, warmup: int, steps: int, timer: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, model,
-           "--warmup", str(warmup), "--steps", str(steps), "--timer", timer]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        mode,
+        model,
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--timer",
+        timer,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE)
     if out.returncode != 0:
         raise RuntimeError(f"{mode} {model} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool, timer: str,
-        modes=MODES, log=sys.stderr) -> dict:
+def run(
+    models, repeats: int, steps: int | None, warmup: int | None, quick: bool, timer: str, modes=MODES, log=sys.stderr
+) -> dict:
     results, versions, loads = [], {}, []
     for model in models:
         w, s = (M.QUICK_STEPS if quick else M.DEFAULT_STEPS)[model]
@@ -124,7 +146,7 @@ def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool
         s = s if steps is None else steps
         per = {md: {"times": [], "peaks": [], "compile": [], "loss": None} for md in modes}
         for r in range(repeats):
-            order = modes[r % len(modes):] + modes[:r % len(modes)]
+            order = modes[r % len(modes) :] + modes[: r % len(modes)]
             for md in order:
                 load = os.getloadavg()[0]
                 loads.append(load)
@@ -136,14 +158,21 @@ def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool
                     per[md]["compile"].append(res["compile_s"])
                 versions["torch" if md == "torch" else "flow"] = res["version"]
                 extra = f", compile {res['compile_s']:.2f} s" if "compile_s" in res else ""
-                print(f"  {model:<9} {md:<6} run {r + 1}/{repeats} (load {load:.2f}): median step "
-                      f"{C.median(res['times']) * 1e3:8.1f} ms, peak {C.mib(res['peak_bytes']):8.1f} MiB{extra}",
-                      file=log, flush=True)
+                print(
+                    f"  {model:<9} {md:<6} run {r + 1}/{repeats} (load {load:.2f}): median step "
+                    f"{C.median(res['times']) * 1e3:8.1f} ms, peak {C.mib(res['peak_bytes']):8.1f} MiB{extra}",
+                    file=log,
+                    flush=True,
+                )
         row = {"model": model, "batch": M.BATCH[model], "warmup": w, "steps": s, "repeats": repeats}
         for md in modes:
             med = C.median(per[md]["times"])
-            row[md] = {"step_ms": med * 1e3, "samples_per_s": M.BATCH[model] / med,
-                       "peak_mib": C.mib(C.median(per[md]["peaks"])), "final_loss": per[md]["loss"]}
+            row[md] = {
+                "step_ms": med * 1e3,
+                "samples_per_s": M.BATCH[model] / med,
+                "peak_mib": C.mib(C.median(per[md]["peaks"])),
+                "final_loss": per[md]["loss"],
+            }
             if per[md]["compile"]:
                 row[md]["compile_s"] = C.median(per[md]["compile"])
         if "graph" in row:
@@ -154,9 +183,15 @@ def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool
                 row["mem graph/torch"] = row["graph"]["peak_mib"] / max(row["torch"]["peak_mib"], 1e-9)
         results.append(row)
     machine = C.machine_info()
-    machine.update(timer=timer, versions=versions, date=time.strftime("%Y-%m-%d %H:%M"),
-                   load_min=min(loads), load_median=C.median(loads), load_max=max(loads),
-                   loadavg_end=os.getloadavg())
+    machine.update(
+        timer=timer,
+        versions=versions,
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        load_min=min(loads),
+        load_median=C.median(loads),
+        load_max=max(loads),
+        loadavg_end=os.getloadavg(),
+    )
     return {"machine": machine, "results": results}
 
 
@@ -172,28 +207,43 @@ def _cell(row, *keys, width, fmt):
 def print_table(report: dict, out=sys.stdout) -> None:
     m = report["machine"]
     v = m.get("versions", {})
-    print(f"{m['date']}; machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
-          f"NumPy {m['numpy']} ({m['blas']}), torch {v.get('torch', '-')}, flow {v.get('flow', '-')}; "
-          f"{m['timer']} time; 1-min load average before the workers: min {m['load_min']:.2f}, "
-          f"median {m['load_median']:.2f}, max {m['load_max']:.2f}", file=out)
-    head = (f"{'model':<10}{'batch':>6}{'graph s/s':>11}{'eager s/s':>11}{'torch s/s':>11}{'g/eager':>9}"
-            f"{'g/torch':>9}{'graph MiB':>11}{'eager MiB':>11}{'torch MiB':>11}{'mem g/t':>9}{'compile s':>11}")
+    print(
+        f"{m['date']}; machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
+        f"NumPy {m['numpy']} ({m['blas']}), torch {v.get('torch', '-')}, flow {v.get('flow', '-')}; "
+        f"{m['timer']} time; 1-min load average before the workers: min {m['load_min']:.2f}, "
+        f"median {m['load_median']:.2f}, max {m['load_max']:.2f}",
+        file=out,
+    )
+    head = (
+        f"{'model':<10}{'batch':>6}{'graph s/s':>11}{'eager s/s':>11}{'torch s/s':>11}{'g/eager':>9}"
+        f"{'g/torch':>9}{'graph MiB':>11}{'eager MiB':>11}{'torch MiB':>11}{'mem g/t':>9}{'compile s':>11}"
+    )
     print(head, file=out)
     for r in report["results"]:
-        print("".join([f"{r['model']:<10}{r['batch']:>6}",
-                       _cell(r, "graph", "samples_per_s", width=11, fmt=".1f"),
-                       _cell(r, "eager", "samples_per_s", width=11, fmt=".1f"),
-                       _cell(r, "torch", "samples_per_s", width=11, fmt=".1f"),
-                       _cell(r, "graph/eager", width=9, fmt=".2f"),
-                       _cell(r, "graph/torch", width=9, fmt=".2f"),
-                       _cell(r, "graph", "peak_mib", width=11, fmt=".1f"),
-                       _cell(r, "eager", "peak_mib", width=11, fmt=".1f"),
-                       _cell(r, "torch", "peak_mib", width=11, fmt=".1f"),
-                       _cell(r, "mem graph/torch", width=9, fmt=".2f"),
-                       _cell(r, "graph", "compile_s", width=11, fmt=".2f")]), file=out)
-    print(f"(s/s: samples/s, batch over the median step of alternating fresh processes; MiB: RSS high-water mark "
-          f"minus the RSS before the model was built; compile: first graph call minus a steady step; "
-          f"targets: {TARGETS})", file=out)
+        print(
+            "".join(
+                [
+                    f"{r['model']:<10}{r['batch']:>6}",
+                    _cell(r, "graph", "samples_per_s", width=11, fmt=".1f"),
+                    _cell(r, "eager", "samples_per_s", width=11, fmt=".1f"),
+                    _cell(r, "torch", "samples_per_s", width=11, fmt=".1f"),
+                    _cell(r, "graph/eager", width=9, fmt=".2f"),
+                    _cell(r, "graph/torch", width=9, fmt=".2f"),
+                    _cell(r, "graph", "peak_mib", width=11, fmt=".1f"),
+                    _cell(r, "eager", "peak_mib", width=11, fmt=".1f"),
+                    _cell(r, "torch", "peak_mib", width=11, fmt=".1f"),
+                    _cell(r, "mem graph/torch", width=9, fmt=".2f"),
+                    _cell(r, "graph", "compile_s", width=11, fmt=".2f"),
+                ]
+            ),
+            file=out,
+        )
+    print(
+        f"(s/s: samples/s, batch over the median step of alternating fresh processes; MiB: RSS high-water mark "
+        f"minus the RSS before the model was built; compile: first graph call minus a steady step; "
+        f"targets: {TARGETS})",
+        file=out,
+    )
 
 
 def main(argv=None) -> int:

@@ -63,8 +63,16 @@ def make_mlp(nn, F):
     return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
 
-def make_gpt(nn, F, vocab: int = 512, d_model: int = 256, n_heads: int = 4, n_layers: int = 4,
-             seq_len: int = 128, dropout: float = 0.1):
+def make_gpt(
+    nn,
+    F,
+    vocab: int = 512,
+    d_model: int = 256,
+    n_heads: int = 4,
+    n_layers: int = 4,
+    seq_len: int = 128,
+    dropout: float = 0.1,
+):
     """A GPT-style decoder: token + position embeddings, pre-LN blocks of causal self-attention and a
     GELU MLP, a final LayerNorm and an untied LM head."""
 
@@ -220,10 +228,12 @@ def make_batch(model: str, seed: int = 0) -> dict:
     if model == "resnet18":
         return {"x": rng.standard_normal((b, 3, 32, 32), dtype=np.float32), "y": rng.integers(0, 10, b)}
     if model == "dlrm":
-        return {"dense": rng.standard_normal((b, 13), dtype=np.float32),
-                "indices": [rng.integers(0, 100_000, b * DLRM_BAG) for _ in range(8)],
-                "offsets": np.arange(b, dtype=np.int64) * DLRM_BAG,
-                "y": rng.integers(0, 2, (b, 1)).astype(np.float32)}
+        return {
+            "dense": rng.standard_normal((b, 13), dtype=np.float32),
+            "indices": [rng.integers(0, 100_000, b * DLRM_BAG) for _ in range(8)],
+            "offsets": np.arange(b, dtype=np.int64) * DLRM_BAG,
+            "y": rng.integers(0, 2, (b, 1)).astype(np.float32),
+        }
     raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
 
 
@@ -266,8 +276,15 @@ def make_workload(fw, model: str, batch: dict):
 # -----------------------------------------------------------------------------------------------
 # One (framework, model) in this process
 # -----------------------------------------------------------------------------------------------
-def worker(framework: str, model: str, warmup: int, steps: int, timer: str, profile: str | None = None,
-           threads: int = C.THREADS) -> dict:
+def worker(
+    framework: str,
+    model: str,
+    warmup: int,
+    steps: int,
+    timer: str,
+    profile: str | None = None,
+    threads: int = C.THREADS,
+) -> dict:
     fw = C.setup(framework, threads)
     fw.manual_seed(0)
     batch = make_batch(model)
@@ -287,14 +304,35 @@ def worker(framework: str, model: str, warmup: int, steps: int, timer: str, prof
         times = C.time_steps(step, steps, warmup, timer)
     loss = step()
     peak = C.peak_rss()
-    return {"framework": framework, "model": model, "times": times, "peak_bytes": peak - base_rss,
-            "baseline_rss": base_rss, "baseline_peak": base_peak, "loss": loss,
-            "version": getattr(fw, "__version__", "?"), "blas": C.blas_kernel()}
+    return {
+        "framework": framework,
+        "model": model,
+        "times": times,
+        "peak_bytes": peak - base_rss,
+        "baseline_rss": base_rss,
+        "baseline_peak": base_peak,
+        "loss": loss,
+        "version": getattr(fw, "__version__", "?"),
+        "blas": C.blas_kernel(),
+    }
 
 
 def run_worker(framework: str, model: str, warmup: int, steps: int, timer: str, threads: int = C.THREADS) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, model, "--warmup", str(warmup),
-           "--steps", str(steps), "--timer", timer, "--threads", str(threads)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        framework,
+        model,
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--timer",
+        timer,
+        "--threads",
+        str(threads),
+    ]
     env = dict(os.environ)
     for var in C.THREAD_VARS:  # the thread pools read these when they start
         env[var] = str(threads)
@@ -307,8 +345,17 @@ def run_worker(framework: str, model: str, warmup: int, steps: int, timer: str, 
 # -----------------------------------------------------------------------------------------------
 # The side-by-side run
 # -----------------------------------------------------------------------------------------------
-def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool, timer: str,
-        frameworks=("flow", "torch"), threads: int = C.THREADS, log=sys.stderr) -> dict:
+def run(
+    models,
+    repeats: int,
+    steps: int | None,
+    warmup: int | None,
+    quick: bool,
+    timer: str,
+    frameworks=("flow", "torch"),
+    threads: int = C.THREADS,
+    log=sys.stderr,
+) -> dict:
     results = []
     versions = {}
     blas = None
@@ -327,15 +374,22 @@ def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool
                 versions[fwk] = res["version"]
                 if fwk == "flow":
                     blas = res.get("blas")
-                print(f"  {model:<9} {fwk:<6} run {r + 1}/{repeats}: median step "
-                      f"{C.median(res['times']) * 1e3:8.1f} ms, peak {C.mib(res['peak_bytes']):8.1f} MiB",
-                      file=log, flush=True)
+                print(
+                    f"  {model:<9} {fwk:<6} run {r + 1}/{repeats}: median step "
+                    f"{C.median(res['times']) * 1e3:8.1f} ms, peak {C.mib(res['peak_bytes']):8.1f} MiB",
+                    file=log,
+                    flush=True,
+                )
         row = {"model": model, "batch": BATCH[model], "warmup": w, "steps": s, "repeats": repeats}
         for fwk in frameworks:
             med = C.median(per[fwk]["times"])
-            row[fwk] = {"step_ms": med * 1e3, "samples_per_s": BATCH[model] / med,
-                        "peak_mib": C.mib(C.median(per[fwk]["peaks"])), "min_step_ms": min(per[fwk]["times"]) * 1e3,
-                        "final_loss": per[fwk]["loss"]}
+            row[fwk] = {
+                "step_ms": med * 1e3,
+                "samples_per_s": BATCH[model] / med,
+                "peak_mib": C.mib(C.median(per[fwk]["peaks"])),
+                "min_step_ms": min(per[fwk]["times"]) * 1e3,
+                "final_loss": per[fwk]["loss"],
+            }
         if "flow" in row and "torch" in row:
             row["throughput_ratio"] = row["flow"]["samples_per_s"] / row["torch"]["samples_per_s"]
             row["best_step_ratio"] = row["torch"]["min_step_ms"] / row["flow"]["min_step_ms"]
@@ -351,11 +405,16 @@ def run(models, repeats: int, steps: int | None, warmup: int | None, quick: bool
 def print_table(report: dict, out=sys.stdout) -> None:
     m = report["machine"]
     v = m.get("versions", {})
-    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
-          f"NumPy {m['numpy']} ({m['blas']}), torch {v.get('torch', '-')}, flow {v.get('flow', '-')}; "
-          f"{m['timer']} time", file=out)
-    head = (f"{'model':<10}{'batch':>6}{'flow samples/s':>16}{'torch samples/s':>17}{'flow/torch':>12}"
-            f"{'(best step)':>12}{'flow peak MiB':>15}{'torch peak MiB':>16}{'flow/torch':>12}")
+    print(
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
+        f"NumPy {m['numpy']} ({m['blas']}), torch {v.get('torch', '-')}, flow {v.get('flow', '-')}; "
+        f"{m['timer']} time",
+        file=out,
+    )
+    head = (
+        f"{'model':<10}{'batch':>6}{'flow samples/s':>16}{'torch samples/s':>17}{'flow/torch':>12}"
+        f"{'(best step)':>12}{'flow peak MiB':>15}{'torch peak MiB':>16}{'flow/torch':>12}"
+    )
     print(head, file=out)
     for r in report["results"]:
         f, t = r.get("flow"), r.get("torch")
@@ -368,9 +427,12 @@ def print_table(report: dict, out=sys.stdout) -> None:
         cells.append(f"{t['peak_mib']:>16.1f}" if t else f"{'-':>16}")
         cells.append(f"{r['memory_ratio']:>12.2f}" if "memory_ratio" in r else f"{'-':>12}")
         print("".join(cells), file=out)
-    print("(samples/s: batch over the median step time of alternating fresh processes; best step: the same ratio "
-          "from each framework's fastest step; peak: RSS high-water mark minus the RSS before the model was "
-          "built; targets: throughput ratio >= 0.8, memory ratio <= 1.2)", file=out)
+    print(
+        "(samples/s: batch over the median step time of alternating fresh processes; best step: the same ratio "
+        "from each framework's fastest step; peak: RSS high-water mark minus the RSS before the model was "
+        "built; targets: throughput ratio >= 0.8, memory ratio <= 1.2)",
+        file=out,
+    )
 
 
 def main(argv=None) -> int:
@@ -381,19 +443,34 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, help="untimed steps per process before timing (default: per model)")
     p.add_argument("--repeats", type=int, default=2, help="processes per framework and model (alternating)")
     p.add_argument("--quick", action="store_true", help="a short smoke run: fewer steps, one process each")
-    p.add_argument("--timer", choices=sorted(C.TIMERS), default="wall",
-                   help="wall: elapsed time (default); cpu: the process's CPU time")
+    p.add_argument(
+        "--timer",
+        choices=sorted(C.TIMERS),
+        default="wall",
+        help="wall: elapsed time (default); cpu: the process's CPU time",
+    )
     p.add_argument("--threads", type=int, default=C.THREADS, help="threads of each framework (default 2)")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
-    p.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "MODEL"),
-                   help="internal: run one framework and model in this process and print JSON")
+    p.add_argument(
+        "--worker",
+        nargs=2,
+        metavar=("FRAMEWORK", "MODEL"),
+        help="internal: run one framework and model in this process and print JSON",
+    )
     p.add_argument("--profile", metavar="PATH", help="with --worker: cProfile the timed steps into PATH")
     args = p.parse_args(argv)
     if args.worker:
         fwk, model = args.worker
         w, s = DEFAULT_STEPS[model]
-        res = worker(fwk, model, w if args.warmup is None else args.warmup, s if args.steps is None else args.steps,
-                     args.timer, args.profile, args.threads)
+        res = worker(
+            fwk,
+            model,
+            w if args.warmup is None else args.warmup,
+            s if args.steps is None else args.steps,
+            args.timer,
+            args.profile,
+            args.threads,
+        )
         print(json.dumps(res))
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]

@@ -50,20 +50,39 @@ def worker(variant: str, path: str | None, model: str, warmup: int, steps: int, 
     for _ in range(warmup):
         step()
     times = C.time_steps(opt.step, steps, 1, timer)
-    fresh = type(opt)(m.parameters(), **{k: v for k, v in opt.defaults.items()
-                                         if k in ("lr", "momentum", "weight_decay")})
+    fresh = type(opt)(
+        m.parameters(), **{k: v for k, v in opt.defaults.items() if k in ("lr", "momentum", "weight_decay")}
+    )
     rss0, clock = C.current_rss(), C.TIMERS[timer]
     t0 = clock()
     fresh.step()
     first = clock() - t0
-    return {"variant": variant, "model": model, "times": times, "first_step": first,
-            "first_step_rss": C.current_rss() - rss0, "flow": getattr(fw, "__file__", "?")}
+    return {
+        "variant": variant,
+        "model": model,
+        "times": times,
+        "first_step": first,
+        "first_step_rss": C.current_rss() - rss0,
+        "flow": getattr(fw, "__file__", "?"),
+    }
 
 
-def run_worker(variant: str, path: str | None, model: str, warmup: int, steps: int, timer: str,
-               threads: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", variant, model, "--warmup", str(warmup),
-           "--steps", str(steps), "--timer", timer, "--threads", str(threads)]
+def run_worker(variant: str, path: str | None, model: str, warmup: int, steps: int, timer: str, threads: int) -> dict:
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        variant,
+        model,
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--timer",
+        timer,
+        "--threads",
+        str(threads),
+    ]
     if path:
         cmd += ["--path", path]
     env = dict(os.environ)
@@ -75,56 +94,82 @@ def run_worker(variant: str, path: str | None, model: str, warmup: int, steps: i
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(models, variants: dict, rounds: int, steps: int, warmup: int, timer: str, threads: int,
-        log=sys.stderr) -> dict:
+def run(models, variants: dict, rounds: int, steps: int, warmup: int, timer: str, threads: int, log=sys.stderr) -> dict:
     rows = []
     load = [os.getloadavg()[0]]
     for model in models:
         per = {v: {"times": [], "medians": [], "first": [], "rss": []} for v in variants}
         names = list(variants)
         for r in range(rounds):
-            for v in (names if r % 2 == 0 else names[::-1]):
+            for v in names if r % 2 == 0 else names[::-1]:
                 res = run_worker(v, variants[v], model, warmup, steps, timer, threads)
                 per[v]["times"] += res["times"]
                 per[v]["medians"].append(C.median(res["times"]))
                 per[v]["first"].append(res["first_step"])
                 per[v]["rss"].append(res["first_step_rss"])
-                print(f"  {model:<9} {v:<8} round {r + 1}/{rounds}: step() {C.median(res['times']) * 1e3:8.2f} ms, "
-                      f"first step() {res['first_step'] * 1e3:8.1f} ms", file=log, flush=True)
+                print(
+                    f"  {model:<9} {v:<8} round {r + 1}/{rounds}: step() {C.median(res['times']) * 1e3:8.2f} ms, "
+                    f"first step() {res['first_step'] * 1e3:8.1f} ms",
+                    file=log,
+                    flush=True,
+                )
             load.append(os.getloadavg()[0])
         row = {"model": model}
         for v in names:
-            row[v] = {"step_ms": C.median(per[v]["times"]) * 1e3,
-                      "round_ms": [min(per[v]["medians"]) * 1e3, max(per[v]["medians"]) * 1e3],
-                      "first_step_ms": C.median(per[v]["first"]) * 1e3,
-                      "first_step_rss_mib": C.mib(C.median(per[v]["rss"]))}
+            row[v] = {
+                "step_ms": C.median(per[v]["times"]) * 1e3,
+                "round_ms": [min(per[v]["medians"]) * 1e3, max(per[v]["medians"]) * 1e3],
+                "first_step_ms": C.median(per[v]["first"]) * 1e3,
+                "first_step_rss_mib": C.mib(C.median(per[v]["rss"])),
+            }
         rows.append(row)
-    return {"machine": C.machine_info(), "threads": threads, "timer": timer, "rounds": rounds, "steps": steps,
-            "warmup": warmup, "variants": variants, "load_average": [min(load), max(load)], "results": rows}
+    return {
+        "machine": C.machine_info(),
+        "threads": threads,
+        "timer": timer,
+        "rounds": rounds,
+        "steps": steps,
+        "warmup": warmup,
+        "variants": variants,
+        "load_average": [min(load), max(load)],
+        "results": rows,
+    }
 
 
 def print_table(report: dict, out=sys.stdout) -> None:
     names = list(report["variants"])
-    print(f"optimizer.step(), {report['timer']} time, {report['threads']} thread(s), {report['rounds']} rounds x "
-          f"{report['steps']} steps; load average {report['load_average'][0]:.1f}-{report['load_average'][1]:.1f}",
-          file=out)
+    print(
+        f"optimizer.step(), {report['timer']} time, {report['threads']} thread(s), {report['rounds']} rounds x "
+        f"{report['steps']} steps; load average {report['load_average'][0]:.1f}-{report['load_average'][1]:.1f}",
+        file=out,
+    )
     print(f"{'model':<10}" + "".join(f"{v + ' ms':>26}{'first':>10}{'+MiB':>8}" for v in names), file=out)
     for r in report["results"]:
         cells = []
         for v in names:
             x = r[v]
-            cells.append(f"{x['step_ms']:>9.2f} ({x['round_ms'][0]:.2f}-{x['round_ms'][1]:.2f})".rjust(26)
-                         + f"{x['first_step_ms']:>10.1f}{x['first_step_rss_mib']:>8.1f}")
+            cells.append(
+                f"{x['step_ms']:>9.2f} ({x['round_ms'][0]:.2f}-{x['round_ms'][1]:.2f})".rjust(26)
+                + f"{x['first_step_ms']:>10.1f}{x['first_step_rss_mib']:>8.1f}"
+            )
         print(f"{r['model']:<10}" + "".join(cells), file=out)
-    print("(ms: median step() over all rounds, in brackets the range of the rounds' medians; first: the first "
-          "step() of a new optimizer; +MiB: the RSS it adds)", file=out)
+    print(
+        "(ms: median step() over all rounds, in brackets the range of the rounds' medians; first: the first "
+        "step() of a new optimizer; +MiB: the RSS it adds)",
+        file=out,
+    )
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
-                   help="flow from a source tree (repeatable); default: the installed flow")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="flow from a source tree (repeatable); default: the installed flow",
+    )
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)

@@ -59,11 +59,16 @@ def make_cases(flow, torch):
     t["x"], t["w"] = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
     return [
         ("add", "a + b, shape (4,), no grad", "a + b", f, t, "np.add(na, nb)"),
-        ("add (autograd)", "a + b, shape (4,), inputs require grad (records a node)", "ag + bg", f, t,
-         "np.add(na, nb)"),
+        (
+            "add (autograd)",
+            "a + b, shape (4,), inputs require grad (records a node)",
+            "ag + bg",
+            f,
+            t,
+            "np.add(na, nb)",
+        ),
         ("matmul 16x16", "m1 @ m2, 16x16 float32, no grad", "m1 @ m2", f, t, "np.matmul(nm1, nm2)"),
-        ("10 adds + backward", "y = x; 10 x (y = y + w); y.sum().backward(), shape (4,)", "chain(x, w)", f, t,
-         None),
+        ("10 adds + backward", "y = x; 10 x (y = y + w); y.sum().backward(), shape (4,)", "chain(x, w)", f, t, None),
     ]
 
 
@@ -88,10 +93,20 @@ def run(number: int, runs: int, warmup: int, timer: str = "wall") -> dict:
             if np_stmt:
                 nt.append(measure(np_stmt, fenv, n, clock))
         fm, tm = statistics.median(ft), statistics.median(tt)
-        results.append({"case": name, "what": desc, "number": n, "runs": runs,
-                        "flow_us": fm * 1e6, "torch_us": tm * 1e6, "ratio": fm / tm,
-                        "numpy_us": statistics.median(nt) * 1e6 if nt else None,
-                        "flow_min_us": min(ft) * 1e6, "torch_min_us": min(tt) * 1e6})
+        results.append(
+            {
+                "case": name,
+                "what": desc,
+                "number": n,
+                "runs": runs,
+                "flow_us": fm * 1e6,
+                "torch_us": tm * 1e6,
+                "ratio": fm / tm,
+                "numpy_us": statistics.median(nt) * 1e6 if nt else None,
+                "flow_min_us": min(ft) * 1e6,
+                "torch_min_us": min(tt) * 1e6,
+            }
+        )
     machine = machine_info()
     machine.update(torch=torch.__version__, flow=flow.__version__, timer=timer)
     return {"machine": machine, "results": results}
@@ -99,14 +114,20 @@ def run(number: int, runs: int, warmup: int, timer: str = "wall") -> dict:
 
 def print_table(report: dict, out=sys.stdout) -> None:
     m = report["machine"]
-    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
-          f"NumPy {m['numpy']} ({m['blas']}), torch {m['torch']}, flow {m['flow']}; {m['timer']} time", file=out)
+    print(
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
+        f"NumPy {m['numpy']} ({m['blas']}), torch {m['torch']}, flow {m['flow']}; {m['timer']} time",
+        file=out,
+    )
     print(f"{'case':<22}{'flow (us)':>11}{'torch (us)':>12}{'flow/torch':>12}{'NumPy call (us)':>17}", file=out)
     for r in report["results"]:
         npc = f"{r['numpy_us']:.2f}" if r["numpy_us"] is not None else "-"
         print(f"{r['case']:<22}{r['flow_us']:>11.2f}{r['torch_us']:>12.2f}{r['ratio']:>12.2f}{npc:>17}", file=out)
-    print("(medians of alternating runs; a run times a loop of the statement with gc off; 'NumPy call' is the "
-          "raw array call flow's kernel makes)", file=out)
+    print(
+        "(medians of alternating runs; a run times a loop of the statement with gc off; 'NumPy call' is the "
+        "raw array call flow's kernel makes)",
+        file=out,
+    )
 
 
 def main(argv=None) -> int:
@@ -114,8 +135,12 @@ def main(argv=None) -> int:
     p.add_argument("--number", type=int, default=20000, help="executions per run (a tenth for backward cases)")
     p.add_argument("--runs", type=int, default=15, help="runs per framework and case (median taken)")
     p.add_argument("--quick", action="store_true", help="a short smoke run")
-    p.add_argument("--timer", choices=sorted(TIMERS), default="wall",
-                   help="wall: elapsed time (default); cpu: this process's CPU time, steadier on a busy machine")
+    p.add_argument(
+        "--timer",
+        choices=sorted(TIMERS),
+        default="wall",
+        help="wall: elapsed time (default); cpu: this process's CPU time, steadier on a busy machine",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     args = p.parse_args(argv)
     number, runs, warmup = args.number, args.runs, 2000

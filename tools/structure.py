@@ -39,7 +39,8 @@ def module_name(path: Path, pkg_dir: Path) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _import_time_nodes(body):
@@ -75,8 +76,11 @@ def imports_of(path: Path, name: str, is_package: bool, known: set[str], deferre
             if m in known and m != name:
                 out.add(m)
 
-    nodes = ([n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))] if deferred
-             else _import_time_nodes(tree.body))
+    nodes = (
+        [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        if deferred
+        else _import_time_nodes(tree.body)
+    )
     for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -152,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--max-lines", type=int, default=MAX_LINES)
     p.add_argument("--packages", nargs="*", help="import packages to check for cycles (default: all)")
-    p.add_argument("--deferred", action="store_true",
-                   help="also count imports inside functions (reported, not failed on)")
+    p.add_argument(
+        "--deferred", action="store_true", help="also count imports inside functions (reported, not failed on)"
+    )
     args = p.parse_args(argv)
     failed = False
     for path, n in long_modules(args.max_lines):

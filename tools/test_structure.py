@@ -30,12 +30,15 @@ def test_a_cycle_through_a_package_init_is_found(tmp_path):
 
 
 def test_deferred_and_type_checking_imports_are_not_cycles(tmp_path):
-    pkg = _package(tmp_path, {
-        "__init__.py": "",
-        "a.py": "from pkg import b\n",
-        "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
-                "def f():\n    from pkg import a\n    return a\n",
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from pkg import b\n",
+            "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
+            "def f():\n    from pkg import a\n    return a\n",
+        },
+    )
     assert structure.cycles(structure.import_graph(pkg)) == []
     assert structure.cycles(structure.import_graph(pkg, deferred=True)) == [["pkg.a", "pkg.b"]]
 

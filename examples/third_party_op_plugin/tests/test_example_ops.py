@@ -25,11 +25,14 @@ def np_swish_grad(x: np.ndarray, beta: float) -> np.ndarray:
 
 
 # flow's plugin discovery suite: entry point, hooks, loading, registrations, `python -m flow plugins`, switches.
-test_plugin_discovery = flow.testing.plugin_discovery_suite("flow-example-ops", registers={
-    "ops": ["example_swish"],
-    "kernels": ["example_swish[cpu]"],
-    "rules": ["sbp:example_swish", "amp_color:example_swish"],
-})
+test_plugin_discovery = flow.testing.plugin_discovery_suite(
+    "flow-example-ops",
+    registers={
+        "ops": ["example_swish"],
+        "kernels": ["example_swish[cpu]"],
+        "rules": ["sbp:example_swish", "amp_color:example_swish"],
+    },
+)
 
 
 def _table_owner(table: str) -> types.ModuleType:

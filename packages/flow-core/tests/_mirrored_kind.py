@@ -82,7 +82,7 @@ def _join(r0, r1, plain: set):
 def _plain_arrays(inputs) -> set:
     out = set()
     for x in inputs:
-        for t in (x if x.__class__ in (list, tuple) else (x,)):
+        for t in x if x.__class__ in (list, tuple) else (x,):
             if isinstance(t, flow.Tensor) and t._data.__class__ is not MirroredArray:
                 out.add(id(t._data))
     return out

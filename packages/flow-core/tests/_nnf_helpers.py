@@ -20,8 +20,9 @@ def torch_or_skip():
     return pytest.importorskip("torch")
 
 
-def compare(flow_fn, torch_fn, arrays, dtype=np.float64, grad=True, requires_grad=None, seed=1, rtol=None,
-            atol=None, consts=()):
+def compare(
+    flow_fn, torch_fn, arrays, dtype=np.float64, grad=True, requires_grad=None, seed=1, rtol=None, atol=None, consts=()
+):
     """Run ``flow_fn`` and ``torch_fn`` on the same float arrays (cast to ``dtype``); compare outputs and the
     gradients of every input (for a random output gradient). ``consts`` are extra non-float arguments
     (index arrays) given to both as tensors after the float ones."""

@@ -24,8 +24,9 @@ def np_softmax(x, dim):
 
 
 # -- opcheck -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "silu",
-                                "silu_backward"])
+@pytest.mark.parametrize(
+    "op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "silu", "silu_backward"]
+)
 def test_opcheck(op):
     assert opcheck(op)["samples"] > 0
 
@@ -40,8 +41,9 @@ def test_softmax_formula(shape, dim, dtype):
     assert y.dtype.np == dtype and ly.dtype.np == dtype
     np.testing.assert_allclose(y.numpy(), np_softmax(x.astype(np.float64), dim), **tol(dtype))
     np.testing.assert_allclose(ly.numpy(), np.log(np_softmax(x.astype(np.float64), dim)), **tol(dtype))
-    np.testing.assert_allclose(F.softmin(flow.tensor(x), dim).numpy(), np_softmax(-x.astype(np.float64), dim),
-                               **tol(dtype))
+    np.testing.assert_allclose(
+        F.softmin(flow.tensor(x), dim).numpy(), np_softmax(-x.astype(np.float64), dim), **tol(dtype)
+    )
 
 
 def test_softmax_large_values_are_stable():
@@ -106,8 +108,15 @@ def test_softmax_gradient_formula():
     np.testing.assert_allclose(x.grad.numpy(), s * (g - (g * s).sum(1, keepdims=True)), rtol=1e-10)
 
 
-@pytest.mark.parametrize("fn", [lambda x: F.softmax(x, 1) ** 3, lambda x: F.log_softmax(x, 0) ** 3,
-                                lambda x: F.softmax(x, -1) * F.log_softmax(x, -1), lambda x: F.silu(x) ** 2])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.softmax(x, 1) ** 3,
+        lambda x: F.log_softmax(x, 0) ** 3,
+        lambda x: F.softmax(x, -1) * F.log_softmax(x, -1),
+        lambda x: F.silu(x) ** 2,
+    ],
+)
 def test_second_derivatives(fn):
     x = leaf(RNG.standard_normal((3, 4)))
     assert gradgrad(fn, [x])
@@ -136,8 +145,8 @@ def _np_act(name, x):
     return {
         "leaky_relu": np.where(x > 0, x, 0.01 * x),
         "elu": np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
-        "selu": 1.0507009873554804934193349852946 * np.where(x > 0, x, 1.6732632423543772848170429916717 *
-                                                             np.expm1(np.minimum(x, 0))),
+        "selu": 1.0507009873554804934193349852946
+        * np.where(x > 0, x, 1.6732632423543772848170429916717 * np.expm1(np.minimum(x, 0))),
         "hardtanh": np.clip(x, -1, 1),
         "relu6": np.clip(x, 0, 6),
         "hardsigmoid": np.clip(x / 6 + 0.5, 0, 1),
@@ -150,8 +159,23 @@ def _np_act(name, x):
     }[name]
 
 
-@pytest.mark.parametrize("name", ["leaky_relu", "elu", "selu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish",
-                                  "softsign", "tanhshrink", "logsigmoid", "relu"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "leaky_relu",
+        "elu",
+        "selu",
+        "hardtanh",
+        "relu6",
+        "hardsigmoid",
+        "hardswish",
+        "mish",
+        "softsign",
+        "tanhshrink",
+        "logsigmoid",
+        "relu",
+    ],
+)
 def test_activation_formulas(name):
     x = np.linspace(-8, 8, 41)
     np.testing.assert_allclose(getattr(F, name)(flow.tensor(x)).numpy(), _np_act(name, x), rtol=1e-10, atol=1e-12)
@@ -171,8 +195,9 @@ def test_glu_threshold_shrink():
     np.testing.assert_allclose(F.glu(flow.tensor(x), 1).numpy(), a / (1 + np.exp(-b)), rtol=1e-12)
     np.testing.assert_allclose(F.threshold(flow.tensor(x), 0.1, 20.0).numpy(), np.where(x > 0.1, x, 20.0))
     np.testing.assert_allclose(F.hardshrink(flow.tensor(x), 0.5).numpy(), np.where(np.abs(x) > 0.5, x, 0))
-    np.testing.assert_allclose(F.softshrink(flow.tensor(x), 0.5).numpy(),
-                               np.where(x > 0.5, x - 0.5, np.where(x < -0.5, x + 0.5, 0)))
+    np.testing.assert_allclose(
+        F.softshrink(flow.tensor(x), 0.5).numpy(), np.where(x > 0.5, x - 0.5, np.where(x < -0.5, x + 0.5, 0))
+    )
     with pytest.raises(OpError, match="glu"):
         F.glu(flow.randn(2, 5), -1)
 
@@ -194,8 +219,9 @@ def test_inplace_variants():
 def test_prelu_rrelu_gumbel():
     x = RNG.standard_normal((2, 3, 4))
     w = np.array([0.1, 0.2, 0.3])
-    np.testing.assert_allclose(F.prelu(flow.tensor(x), flow.tensor(w)).numpy(),
-                               np.where(x > 0, x, x * w[:, None]), rtol=1e-12)
+    np.testing.assert_allclose(
+        F.prelu(flow.tensor(x), flow.tensor(w)).numpy(), np.where(x > 0, x, x * w[:, None]), rtol=1e-12
+    )
     with pytest.raises(OpError, match="prelu"):
         F.prelu(flow.tensor(x), flow.tensor(np.ones(4)))
     np.testing.assert_allclose(F.rrelu(flow.tensor(x)).numpy(), np.where(x > 0, x, x * (1 / 8 + 1 / 3) / 2))
@@ -214,13 +240,33 @@ def test_prelu_rrelu_gumbel():
 
 # -- against PyTorch ------------------------------------------------------------------------------------------
 ACTS = [
-    ("softmax", (1,), {}), ("log_softmax", (0,), {}), ("softmin", (2,), {}), ("silu", (), {}),
-    ("leaky_relu", (0.2,), {}), ("elu", (0.7,), {}), ("selu", (), {}), ("celu", (1.3,), {}),
-    ("hardtanh", (-1.5, 2.0), {}), ("relu6", (), {}), ("hardswish", (), {}), ("hardsigmoid", (), {}),
-    ("mish", (), {}), ("softsign", (), {}), ("tanhshrink", (), {}), ("logsigmoid", (), {}),
-    ("threshold", (0.5, -2.0), {}), ("hardshrink", (0.6,), {}), ("softshrink", (0.6,), {}), ("relu", (), {}),
-    ("gelu", (), {}), ("gelu", (), {"approximate": "tanh"}), ("softplus", (), {"beta": 2.0}), ("sigmoid", (), {}),
-    ("tanh", (), {}), ("glu", (1,), {}), ("glu", (-1,), {}),
+    ("softmax", (1,), {}),
+    ("log_softmax", (0,), {}),
+    ("softmin", (2,), {}),
+    ("silu", (), {}),
+    ("leaky_relu", (0.2,), {}),
+    ("elu", (0.7,), {}),
+    ("selu", (), {}),
+    ("celu", (1.3,), {}),
+    ("hardtanh", (-1.5, 2.0), {}),
+    ("relu6", (), {}),
+    ("hardswish", (), {}),
+    ("hardsigmoid", (), {}),
+    ("mish", (), {}),
+    ("softsign", (), {}),
+    ("tanhshrink", (), {}),
+    ("logsigmoid", (), {}),
+    ("threshold", (0.5, -2.0), {}),
+    ("hardshrink", (0.6,), {}),
+    ("softshrink", (0.6,), {}),
+    ("relu", (), {}),
+    ("gelu", (), {}),
+    ("gelu", (), {"approximate": "tanh"}),
+    ("softplus", (), {"beta": 2.0}),
+    ("sigmoid", (), {}),
+    ("tanh", (), {}),
+    ("glu", (1,), {}),
+    ("glu", (-1,), {}),
 ]
 
 
@@ -230,8 +276,12 @@ def test_against_torch(name, args, kwargs, dtype):
     torch = torch_or_skip()
     x = RNG.uniform(-7, 7, (4, 6, 2))
     x[0, :4, 0] = [0.0, -3.0, 3.0, 6.0]  # kinks: the gradients follow PyTorch's conventions there too
-    compare(lambda t: getattr(F, name)(t, *args, **kwargs),
-            lambda t: getattr(torch.nn.functional, name)(t, *args, **kwargs), [x], dtype)
+    compare(
+        lambda t: getattr(F, name)(t, *args, **kwargs),
+        lambda t: getattr(torch.nn.functional, name)(t, *args, **kwargs),
+        [x],
+        dtype,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -256,9 +306,31 @@ def test_softmax_double_backward_against_torch():
 
 
 def test_exports():
-    for name in ("softmax", "log_softmax", "silu", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6",
-                 "hardswish", "hardsigmoid", "mish", "softsign", "tanhshrink", "glu", "logsigmoid", "prelu",
-                 "threshold", "gelu", "relu", "sigmoid", "tanh", "softplus"):
+    for name in (
+        "softmax",
+        "log_softmax",
+        "silu",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "celu",
+        "hardtanh",
+        "relu6",
+        "hardswish",
+        "hardsigmoid",
+        "mish",
+        "softsign",
+        "tanhshrink",
+        "glu",
+        "logsigmoid",
+        "prelu",
+        "threshold",
+        "gelu",
+        "relu",
+        "sigmoid",
+        "tanh",
+        "softplus",
+    ):
         assert callable(getattr(F, name)), name
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an explicit dim: no warning

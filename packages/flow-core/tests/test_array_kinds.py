@@ -297,8 +297,14 @@ def row_split_handler(op, inputs, attrs):
     dev = next(x.device for x in inputs if isinstance(x, flow.Tensor))
     pieces = []
     for i in range(len(split.parts)):
-        args = [x._data.parts[i] if isinstance(x, flow.Tensor) and isinstance(x._data, RowSplitArray)
-                else x._data if isinstance(x, flow.Tensor) else x for x in inputs]
+        args = [
+            x._data.parts[i]
+            if isinstance(x, flow.Tensor) and isinstance(x._data, RowSplitArray)
+            else x._data
+            if isinstance(x, flow.Tensor)
+            else x
+            for x in inputs
+        ]
         pieces.append(K.run_kernel(op, *args, device=dev.type, **attrs))
     out = K.wrap(RowSplitArray(pieces), dev)
     K.record(op, inputs, attrs, out)

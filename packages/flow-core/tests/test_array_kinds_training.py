@@ -105,10 +105,15 @@ def test_mlp_trains_the_same_eagerly_with_mirrored_tensors_and_in_graph_mode():
     assert plain_opt[-1] < plain_opt[0]
 
 
-@pytest.mark.parametrize("make", [lambda p: flow.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
-                                  lambda p: flow.optim.AdamW(p, lr=0.05, weight_decay=0.1),
-                                  lambda p: flow.optim.RMSprop(p, lr=0.01, momentum=0.5)],
-                         ids=["sgd", "adamw", "rmsprop"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: flow.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+        lambda p: flow.optim.AdamW(p, lr=0.05, weight_decay=0.1),
+        lambda p: flow.optim.RMSprop(p, lr=0.01, momentum=0.5),
+    ],
+    ids=["sgd", "adamw", "rmsprop"],
+)
 def test_optimizer_steps_of_mirrored_parameters(make):
     x, a = mirrored(4, 3, requires_grad=True)
     ref = flow.tensor(a, requires_grad=True)

@@ -48,11 +48,17 @@ def test_sdpa_higher_order_and_errors():
     with pytest.raises(OpError, match="embedding size"):
         F.scaled_dot_product_attention(flow.randn(2, 3, 4), flow.randn(2, 3, 5), flow.randn(2, 3, 5))
     with pytest.raises(OpError, match="is_causal"):
-        F.scaled_dot_product_attention(flow.randn(3, 4), flow.randn(3, 4), flow.randn(3, 4),
-                                       attn_mask=flow.ones(3, 3, dtype=flow.bool), is_causal=True)
+        F.scaled_dot_product_attention(
+            flow.randn(3, 4),
+            flow.randn(3, 4),
+            flow.randn(3, 4),
+            attn_mask=flow.ones(3, 3, dtype=flow.bool),
+            is_causal=True,
+        )
     with pytest.raises(OpTypeError, match="attn_mask"):
-        F.scaled_dot_product_attention(flow.randn(3, 4), flow.randn(3, 4), flow.randn(3, 4),
-                                       attn_mask=flow.ones(3, 3, dtype=flow.int64))
+        F.scaled_dot_product_attention(
+            flow.randn(3, 4), flow.randn(3, 4), flow.randn(3, 4), attn_mask=flow.ones(3, 3, dtype=flow.int64)
+        )
     with pytest.raises(OpError, match="dropout_p"):
         F.scaled_dot_product_attention(flow.randn(3, 4), flow.randn(3, 4), flow.randn(3, 4), dropout_p=1.5)
 
@@ -75,28 +81,46 @@ def test_sdpa_against_torch(dtype):
     q, k, v = RNG.standard_normal((2, 3, 4, 8)), RNG.standard_normal((2, 3, 5, 8)), RNG.standard_normal((2, 3, 5, 6))
     compare(sdpa, sdpa_t, [q, k, v], dtype)
     compare(lambda a, b, c: sdpa(a, b, c, scale=0.3), lambda a, b, c: sdpa_t(a, b, c, scale=0.3), [q, k, v], dtype)
-    compare(lambda a, b, c: sdpa(a, b, c, is_causal=True), lambda a, b, c: sdpa_t(a, b, c, is_causal=True),
-            [q, k, v], dtype)
+    compare(
+        lambda a, b, c: sdpa(a, b, c, is_causal=True), lambda a, b, c: sdpa_t(a, b, c, is_causal=True), [q, k, v], dtype
+    )
     m = RNG.random((4, 5)) > 0.4
     m[1] = False
-    compare(lambda a, b, c: sdpa(a, b, c, attn_mask=flow.tensor(m)),
-            lambda a, b, c: sdpa_t(a, b, c, attn_mask=torch.tensor(m)), [q, k, v], dtype)
+    compare(
+        lambda a, b, c: sdpa(a, b, c, attn_mask=flow.tensor(m)),
+        lambda a, b, c: sdpa_t(a, b, c, attn_mask=torch.tensor(m)),
+        [q, k, v],
+        dtype,
+    )
     fm = np.where(m, RNG.standard_normal((4, 5)), -np.inf).astype(dtype)
-    compare(lambda a, b, c: sdpa(a, b, c, attn_mask=flow.tensor(fm)),
-            lambda a, b, c: sdpa_t(a, b, c, attn_mask=torch.tensor(fm)), [q, k, v], dtype)
-    compare(lambda a, b, c, d: sdpa(a, b, c, attn_mask=d), lambda a, b, c, d: sdpa_t(a, b, c, attn_mask=d),
-            [q, k, v, RNG.standard_normal((3, 4, 5))], dtype)
+    compare(
+        lambda a, b, c: sdpa(a, b, c, attn_mask=flow.tensor(fm)),
+        lambda a, b, c: sdpa_t(a, b, c, attn_mask=torch.tensor(fm)),
+        [q, k, v],
+        dtype,
+    )
+    compare(
+        lambda a, b, c, d: sdpa(a, b, c, attn_mask=d),
+        lambda a, b, c, d: sdpa_t(a, b, c, attn_mask=d),
+        [q, k, v, RNG.standard_normal((3, 4, 5))],
+        dtype,
+    )
     k1, v1 = RNG.standard_normal((2, 1, 5, 8)), RNG.standard_normal((2, 1, 5, 6))
-    compare(lambda a, b, c: sdpa(a, b, c, enable_gqa=True), lambda a, b, c: sdpa_t(a, b, c, enable_gqa=True),
-            [q, k1, v1], dtype)
+    compare(
+        lambda a, b, c: sdpa(a, b, c, enable_gqa=True),
+        lambda a, b, c: sdpa_t(a, b, c, enable_gqa=True),
+        [q, k1, v1],
+        dtype,
+    )
     compare(sdpa, sdpa_t, [q[0, 0], k[0, 0], v[0, 0]], dtype)
 
 
 # -- linear / bilinear --------------------------------------------------------------------------------------------
 def test_linear_formula_and_errors():
     x, w, b = RNG.standard_normal((3, 4, 5)), RNG.standard_normal((6, 5)), RNG.standard_normal(6)
-    np.testing.assert_allclose(F.linear(flow.tensor(x), flow.tensor(w), flow.tensor(b)).numpy(), x @ w.T + b,
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        F.linear(flow.tensor(x), flow.tensor(w), flow.tensor(b)).numpy(), x @ w.T + b, rtol=1e-12
+    )
     np.testing.assert_allclose(F.linear(flow.tensor(x), flow.tensor(w)).numpy(), x @ w.T, rtol=1e-12)
     with pytest.raises(OpError, match="in_features"):
         F.linear(flow.tensor(x), flow.tensor(w.T))
@@ -114,6 +138,10 @@ def test_linear_bilinear_against_torch(dtype):
     compare(F.linear, tf.linear, [x, w, b], dtype)
     compare(F.linear, tf.linear, [x, w], dtype)
     compare(F.linear, tf.linear, [x, w[0]], dtype)
-    compare(F.bilinear, tf.bilinear, [x, RNG.standard_normal((3, 4, 7)), RNG.standard_normal((2, 5, 7)),
-                                      RNG.standard_normal(2)], dtype)
+    compare(
+        F.bilinear,
+        tf.bilinear,
+        [x, RNG.standard_normal((3, 4, 7)), RNG.standard_normal((2, 5, 7)), RNG.standard_normal(2)],
+        dtype,
+    )
     compare(F.bilinear, tf.bilinear, [x[0], RNG.standard_normal((4, 7)), RNG.standard_normal((2, 5, 7))], dtype)

@@ -17,6 +17,7 @@ def _t(values, **kw):
 
 # -- basics ----------------------------------------------------------------------------------------
 
+
 def test_gradients_accumulate_over_backward_calls():
     x = _t([1.0, 2.0, 3.0])
     (x * x).sum().backward()
@@ -95,19 +96,23 @@ def test_backward_inputs_accumulates_only_into_those():
 
 # -- higher order ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, f, d2", [
-    ("mul", lambda t: t * t * t, lambda t: 6 * t),
-    ("pow", lambda t: t ** 3, lambda t: 6 * t),
-    ("div", lambda t: 1 / t, lambda t: 2 / t ** 3),
-    ("exp", lambda t: t.exp(), lambda t: t.exp()),
-    ("log", lambda t: t.log(), lambda t: -1 / t ** 2),
-    ("sin", lambda t: t.sin(), lambda t: -t.sin()),
-    ("cos", lambda t: t.cos(), lambda t: -t.cos()),
-    ("tanh", lambda t: t.tanh(), lambda t: -2 * t.tanh() * (1 - t.tanh() ** 2)),
-    ("sigmoid", lambda t: t.sigmoid(), lambda t: t.sigmoid() * (1 - t.sigmoid()) * (1 - 2 * t.sigmoid())),
-    ("sqrt", lambda t: t.sqrt(), lambda t: -0.25 * t ** -1.5),
-    ("square", lambda t: t.square(), lambda t: 2 + 0 * t),
-])
+
+@pytest.mark.parametrize(
+    "name, f, d2",
+    [
+        ("mul", lambda t: t * t * t, lambda t: 6 * t),
+        ("pow", lambda t: t**3, lambda t: 6 * t),
+        ("div", lambda t: 1 / t, lambda t: 2 / t**3),
+        ("exp", lambda t: t.exp(), lambda t: t.exp()),
+        ("log", lambda t: t.log(), lambda t: -1 / t**2),
+        ("sin", lambda t: t.sin(), lambda t: -t.sin()),
+        ("cos", lambda t: t.cos(), lambda t: -t.cos()),
+        ("tanh", lambda t: t.tanh(), lambda t: -2 * t.tanh() * (1 - t.tanh() ** 2)),
+        ("sigmoid", lambda t: t.sigmoid(), lambda t: t.sigmoid() * (1 - t.sigmoid()) * (1 - 2 * t.sigmoid())),
+        ("sqrt", lambda t: t.sqrt(), lambda t: -0.25 * t**-1.5),
+        ("square", lambda t: t.square(), lambda t: 2 + 0 * t),
+    ],
+)
 def test_second_derivatives_with_create_graph(name, f, d2):
     x = _t([0.5, 1.5, 2.0])
     (g,) = flow.autograd.grad(f(x).sum(), x, create_graph=True)
@@ -118,7 +123,7 @@ def test_second_derivatives_with_create_graph(name, f, d2):
 
 def test_third_order_and_gradgradcheck():
     x = _t([0.3, 0.7])
-    (g1,) = flow.autograd.grad((x ** 4).sum(), x, create_graph=True)
+    (g1,) = flow.autograd.grad((x**4).sum(), x, create_graph=True)
     (g2,) = flow.autograd.grad(g1.sum(), x, create_graph=True)
     (g3,) = flow.autograd.grad(g2.sum(), x)
     np.testing.assert_allclose(g3.numpy(), 24 * x.detach().numpy())
@@ -129,13 +134,14 @@ def test_third_order_and_gradgradcheck():
 
 def test_backward_with_create_graph_builds_a_differentiable_grad():
     x = _t([1.0, 2.0])
-    (x ** 3).sum().backward(create_graph=True)
+    (x**3).sum().backward(create_graph=True)
     assert x.grad.requires_grad
     (gg,) = flow.autograd.grad(x.grad.sum(), x)
     assert gg.tolist() == [6.0, 12.0]
 
 
 # -- flow.autograd.grad ------------------------------------------------------------------------------
+
 
 def test_grad_returns_and_does_not_accumulate():
     a, b = _t([1.0]), _t([2.0])
@@ -172,8 +178,11 @@ def test_grad_only_runs_the_part_of_the_graph_it_needs():
     b.sum().backward()  # frees b's part of the graph
     fired.clear()
     (gx,) = flow.autograd.grad(loss, x)  # needs only loss -> a -> x
-    assert gx.tolist() == [3.0, 4.0] and fired == [] and w.grad.tolist() == pytest.approx(
-        (2 * w * (w * w).exp()).detach().tolist())
+    assert (
+        gx.tolist() == [3.0, 4.0]
+        and fired == []
+        and w.grad.tolist() == pytest.approx((2 * w * (w * w).exp()).detach().tolist())
+    )
 
 
 def test_grad_input_checks():
@@ -182,6 +191,7 @@ def test_grad_input_checks():
 
 
 # -- grad modes ------------------------------------------------------------------------------------
+
 
 def test_no_grad_enable_grad_set_grad_enabled():
     a = flow.ones(2, requires_grad=True)
@@ -228,6 +238,7 @@ def test_requires_grad_and_requires_grad_():
 
 
 # -- hooks -------------------------------------------------------------------------------------------
+
 
 def test_retain_grad_keeps_grads_of_non_leaves():
     a = flow.tensor([1.0, 2.0], requires_grad=True)
@@ -291,6 +302,7 @@ def test_hook_on_a_tensor_without_grad_is_an_error():
 
 
 # -- custom functions -----------------------------------------------------------------------------------
+
 
 class Exp(flow.autograd.Function):
     @staticmethod
@@ -357,13 +369,14 @@ def test_custom_function_without_grad_inputs_records_nothing():
 
 # -- deep graphs ----------------------------------------------------------------------------------------
 
+
 def test_a_ten_thousand_op_chain_backpropagates_without_recursion():
     x = flow.tensor([1.0], requires_grad=True)
     y = x
     for _ in range(10_000):
         y = y * 1.0001
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [1.0001 ** 10_000], rtol=1e-3)
+    np.testing.assert_allclose(x.grad.numpy(), [1.0001**10_000], rtol=1e-3)
     del y  # freeing a deep graph must not overflow the stack either
 
 
@@ -378,6 +391,7 @@ def test_a_wide_diamond_graph_runs_each_node_once():
 
 
 # -- in-place errors -------------------------------------------------------------------------------------
+
 
 def test_modifying_a_tensor_saved_for_backward_is_an_error():
     x = flow.tensor([1.0, 2.0], requires_grad=True)
@@ -425,7 +439,7 @@ def test_node_introspection():
     x = flow.ones(2, requires_grad=True)
     y = (x * 2).exp()
     assert y.grad_fn.name() == "expBackward" and repr(y.grad_fn) == "<expBackward>"
-    (mul_node, _), = y.grad_fn.next_functions
+    ((mul_node, _),) = y.grad_fn.next_functions
     assert mul_node.name() == "mulBackward" and mul_node.next_functions == ((None, -1), (None, 0))
 
 

@@ -47,8 +47,9 @@ def test_matches_torch_at_and_near_saturation():
             x = flow.tensor(X, dtype=dt, requires_grad=True)
             tx = torch.tensor(X, dtype=tdt, requires_grad=True)
             out = F.binary_cross_entropy(x, flow.tensor(T, dtype=dt), flow.tensor(w, dtype=dt), reduction=reduction)
-            tout = torch.nn.functional.binary_cross_entropy(tx, torch.tensor(T, dtype=tdt), torch.tensor(w, dtype=tdt),
-                                                            reduction=reduction)
+            tout = torch.nn.functional.binary_cross_entropy(
+                tx, torch.tensor(T, dtype=tdt), torch.tensor(w, dtype=tdt), reduction=reduction
+            )
             np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-5)
             out.sum().backward()
             tout.sum().backward()

@@ -103,19 +103,22 @@ def test_a_stream_is_read_up_to_the_end_of_the_checkpoint(checkpoint):
     assert_same(ck, load(f))
 
 
-@pytest.mark.parametrize("data,match", [
-    (b"", "is empty"),
-    (b"abc", "only 3 bytes long"),
-    (b"PK\x03\x04" + b"\0" * 60, "zip archive"),
-    (b"\x80\x04\x95" + b"\0" * 60, "a pickle"),
-    (b"\x93NUMPY\x01\x00" + b"\0" * 60, "NumPy .npy"),
-    (b'{"model": "not a checkpoint", "epoch": 3}', "header length"),
-    (b"hello world, this is text and no checkpoint\n", "header length"),
-    ((12).to_bytes(8, "little") + b"[1, 2, 3]   ", "no JSON header"),
-    ((12).to_bytes(8, "little") + b"[1, 2, 3]}  ", "no JSON header"),
-    ((8).to_bytes(8, "little") + b"{\"a\"\xff\xfe}  ", "not valid JSON"),
-    ((8).to_bytes(8, "little") + b"12345678", "no JSON header"),
-])
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        (b"", "is empty"),
+        (b"abc", "only 3 bytes long"),
+        (b"PK\x03\x04" + b"\0" * 60, "zip archive"),
+        (b"\x80\x04\x95" + b"\0" * 60, "a pickle"),
+        (b"\x93NUMPY\x01\x00" + b"\0" * 60, "NumPy .npy"),
+        (b'{"model": "not a checkpoint", "epoch": 3}', "header length"),
+        (b"hello world, this is text and no checkpoint\n", "header length"),
+        ((12).to_bytes(8, "little") + b"[1, 2, 3]   ", "no JSON header"),
+        ((12).to_bytes(8, "little") + b"[1, 2, 3]}  ", "no JSON header"),
+        ((8).to_bytes(8, "little") + b'{"a"\xff\xfe}  ', "not valid JSON"),
+        ((8).to_bytes(8, "little") + b"12345678", "no JSON header"),
+    ],
+)
 def test_files_that_are_not_checkpoints(tmp_path, data, match):
     (tmp_path / "x.bin").write_bytes(data)
     with pytest.raises(CheckpointError, match=match) as ei:
@@ -131,23 +134,26 @@ def _raw_file(path, header: dict, data: bytes = b"") -> None:
 F32x2 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 
 
-@pytest.mark.parametrize("header,data,match", [
-    ({"w": {"dtype": "F32", "shape": [2]}}, b"\0" * 8, "exactly 'dtype', 'shape' and 'data_offsets'"),
-    ({"w": {**F32x2, "extra": 1}}, b"\0" * 8, "exactly 'dtype'"),
-    ({"w": "F32"}, b"", "exactly 'dtype'"),
-    ({"w": {**F32x2, "dtype": "F8_E4M3"}}, b"\0" * 8, "dtype 'F8_E4M3', which flow cannot load"),
-    ({"w": {**F32x2, "dtype": 3}}, b"\0" * 8, "dtype 3"),
-    ({"w": {**F32x2, "shape": [-2]}}, b"\0" * 8, "non-negative ints"),
-    ({"w": {**F32x2, "shape": [True, 2]}}, b"\0" * 8, "non-negative ints"),
-    ({"w": {**F32x2, "shape": [3]}}, b"\0" * 8, "needs 12 bytes"),
-    ({"w": {**F32x2, "data_offsets": [8, 0]}}, b"\0" * 8, "0 <= begin <= end"),
-    ({"w": {**F32x2, "data_offsets": [0, 8.0]}}, b"\0" * 8, "0 <= begin <= end"),
-    ({"w": {**F32x2, "data_offsets": [4, 12]}}, b"\0" * 12, "gap of 4 bytes"),
-    ({"w": F32x2, "v": {**F32x2, "data_offsets": [4, 12]}}, b"\0" * 12, "overlaps"),
-    ({"w": F32x2}, b"\0" * 4, "truncated"),
-    ({"__metadata__": {"a": 1}, "w": F32x2}, b"\0" * 8, "map strings to strings"),
-    ({"__metadata__": ["a"]}, b"", "map strings to strings"),
-])
+@pytest.mark.parametrize(
+    "header,data,match",
+    [
+        ({"w": {"dtype": "F32", "shape": [2]}}, b"\0" * 8, "exactly 'dtype', 'shape' and 'data_offsets'"),
+        ({"w": {**F32x2, "extra": 1}}, b"\0" * 8, "exactly 'dtype'"),
+        ({"w": "F32"}, b"", "exactly 'dtype'"),
+        ({"w": {**F32x2, "dtype": "F8_E4M3"}}, b"\0" * 8, "dtype 'F8_E4M3', which flow cannot load"),
+        ({"w": {**F32x2, "dtype": 3}}, b"\0" * 8, "dtype 3"),
+        ({"w": {**F32x2, "shape": [-2]}}, b"\0" * 8, "non-negative ints"),
+        ({"w": {**F32x2, "shape": [True, 2]}}, b"\0" * 8, "non-negative ints"),
+        ({"w": {**F32x2, "shape": [3]}}, b"\0" * 8, "needs 12 bytes"),
+        ({"w": {**F32x2, "data_offsets": [8, 0]}}, b"\0" * 8, "0 <= begin <= end"),
+        ({"w": {**F32x2, "data_offsets": [0, 8.0]}}, b"\0" * 8, "0 <= begin <= end"),
+        ({"w": {**F32x2, "data_offsets": [4, 12]}}, b"\0" * 12, "gap of 4 bytes"),
+        ({"w": F32x2, "v": {**F32x2, "data_offsets": [4, 12]}}, b"\0" * 12, "overlaps"),
+        ({"w": F32x2}, b"\0" * 4, "truncated"),
+        ({"__metadata__": {"a": 1}, "w": F32x2}, b"\0" * 8, "map strings to strings"),
+        ({"__metadata__": ["a"]}, b"", "map strings to strings"),
+    ],
+)
 def test_malformed_safetensors_headers(tmp_path, header, data, match):
     _raw_file(tmp_path / "bad.safetensors", header, data)
     with pytest.raises(CheckpointError, match=match) as ei:
@@ -167,8 +173,10 @@ def test_duplicate_keys_and_deep_json_in_a_header(tmp_path):
 
 
 def test_unsupported_bool_bytes_and_dtypes_of_plain_files(tmp_path):
-    header = {"m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]},
-              "u": {"dtype": "U16", "shape": [1], "data_offsets": [3, 5]}}
+    header = {
+        "m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]},
+        "u": {"dtype": "U16", "shape": [1], "data_offsets": [3, 5]},
+    }
     _raw_file(tmp_path / "b.st", {"m": header["m"]}, b"\x00\x01\x07")
     assert load(tmp_path / "b.st")["m"].tolist() == [False, True, True]  # any nonzero byte is True
     _raw_file(tmp_path / "u.st", header, b"\x00\x01\x00\x05\x00")
@@ -181,41 +189,45 @@ W = np.ones(2, np.float32)
 WNODE = {"$t": "w", "dtype": "float32", "device": "cpu", "crc": zlib.crc32(W.tobytes())}
 
 
-@pytest.mark.parametrize("structure,match", [
-    ({"version": "1", "root": 1}, "format version is '1', expected a positive int"),
-    ({"version": 1.0, "root": 1}, "format version is 1.0"),
-    ({"version": True, "root": 1}, "format version is True"),
-    ({"version": None, "root": 1}, "format version is None"),
-    ({"version": 0, "root": 1}, "format version is 0"),
-    ({"version": 99, "root": 1}, "format 99, newer than this flow's"),
-    ({"root": 1}, "'version' and 'root'"),
-    ({"version": 1, "root": 1, "extra": 2}, "'version' and 'root'"),
-    ([1, 2], "'version' and 'root'"),
-    ({"version": 1, "root": {"$q": 1}}, "unknown node"),
-    ({"version": 1, "root": {"$t": "w", "$nd": "w"}}, "unknown node"),
-    ({"version": 1, "root": {**WNODE, "requires_grcd": True}}, "unknown field 'requires_grcd'"),
-    ({"version": 1, "root": {**WNODE, "crc": "12"}}, "field 'crc' of a '\\$t' node should be int"),
-    ({"version": 1, "root": {**WNODE, "crc": True}}, "should be int"),
-    ({"version": 1, "root": {**WNODE, "dtype": "float33"}}, "unknown dtype 'float33'"),
-    ({"version": 1, "root": {**WNODE, "dtype": "int32"}}, "float32 in the data but int32 in the structure"),
-    ({"version": 1, "root": {**WNODE, "$t": "v"}}, "names a tensor 'v' that the file does not hold"),
-    ({"version": 1, "root": {**WNODE, "crc": 1}}, "does not match its checksum"),
-    ({"version": 1, "root": {"$d": [["a"]]}}, "\\[key, value\\] pair"),
-    ({"version": 1, "root": {"$d": "ab"}}, "should be list"),
-    ({"version": 1, "root": {"$d": [], "type": "defaultdict"}}, "unknown dict type 'defaultdict'"),
-    ({"version": 1, "root": {"$d": [[[1], 2]]}}, "unhashable"),
-    ({"version": 1, "root": {"$set": [{"$d": []}]}}, "unhashable"),
-    ({"version": 1, "root": {"$f": "1.5"}}, "not a non-finite float"),
-    ({"version": 1, "root": {"$dtype": "complex"}}, "unknown dtype 'complex'"),
-    ({"version": 1, "root": {"$device": "cuda:x"}}, "bad device"),
-    ({"version": 1, "root": {"$gen": "w", "crc": zlib.crc32(W.tobytes())}}, "cannot take its saved state"),
-    ({"version": 1, "root": [{"$set": 1}]}, "should be list"),
-])
+@pytest.mark.parametrize(
+    "structure,match",
+    [
+        ({"version": "1", "root": 1}, "format version is '1', expected a positive int"),
+        ({"version": 1.0, "root": 1}, "format version is 1.0"),
+        ({"version": True, "root": 1}, "format version is True"),
+        ({"version": None, "root": 1}, "format version is None"),
+        ({"version": 0, "root": 1}, "format version is 0"),
+        ({"version": 99, "root": 1}, "format 99, newer than this flow's"),
+        ({"root": 1}, "'version' and 'root'"),
+        ({"version": 1, "root": 1, "extra": 2}, "'version' and 'root'"),
+        ([1, 2], "'version' and 'root'"),
+        ({"version": 1, "root": {"$q": 1}}, "unknown node"),
+        ({"version": 1, "root": {"$t": "w", "$nd": "w"}}, "unknown node"),
+        ({"version": 1, "root": {**WNODE, "requires_grcd": True}}, "unknown field 'requires_grcd'"),
+        ({"version": 1, "root": {**WNODE, "crc": "12"}}, "field 'crc' of a '\\$t' node should be int"),
+        ({"version": 1, "root": {**WNODE, "crc": True}}, "should be int"),
+        ({"version": 1, "root": {**WNODE, "dtype": "float33"}}, "unknown dtype 'float33'"),
+        ({"version": 1, "root": {**WNODE, "dtype": "int32"}}, "float32 in the data but int32 in the structure"),
+        ({"version": 1, "root": {**WNODE, "$t": "v"}}, "names a tensor 'v' that the file does not hold"),
+        ({"version": 1, "root": {**WNODE, "crc": 1}}, "does not match its checksum"),
+        ({"version": 1, "root": {"$d": [["a"]]}}, "\\[key, value\\] pair"),
+        ({"version": 1, "root": {"$d": "ab"}}, "should be list"),
+        ({"version": 1, "root": {"$d": [], "type": "defaultdict"}}, "unknown dict type 'defaultdict'"),
+        ({"version": 1, "root": {"$d": [[[1], 2]]}}, "unhashable"),
+        ({"version": 1, "root": {"$set": [{"$d": []}]}}, "unhashable"),
+        ({"version": 1, "root": {"$f": "1.5"}}, "not a non-finite float"),
+        ({"version": 1, "root": {"$dtype": "complex"}}, "unknown dtype 'complex'"),
+        ({"version": 1, "root": {"$device": "cuda:x"}}, "bad device"),
+        ({"version": 1, "root": {"$gen": "w", "crc": zlib.crc32(W.tobytes())}}, "cannot take its saved state"),
+        ({"version": 1, "root": [{"$set": 1}]}, "should be list"),
+    ],
+)
 def test_damaged_structures(tmp_path, structure, match):
     import safetensors.numpy
 
-    safetensors.numpy.save_file({"w": W}, str(tmp_path / "s.flow"),
-                                metadata={"format": "flow", "flow.structure": json.dumps(structure)})
+    safetensors.numpy.save_file(
+        {"w": W}, str(tmp_path / "s.flow"), metadata={"format": "flow", "flow.structure": json.dumps(structure)}
+    )
     with pytest.raises(CheckpointError, match=match) as ei:
         load(tmp_path / "s.flow")
     assert "s.flow" in str(ei.value)
@@ -236,7 +248,7 @@ def test_a_format_2_file_needs_its_checksum(tmp_path):
     with pytest.raises(CheckpointError, match="d.flow.*checksum is missing or damaged"):
         load(tmp_path / "d.flow")
     assert load(tmp_path / "d.flow", verify=False)["w"].tolist() == [1.0, 1.0]
-    renamed = raw.replace(b'flow.structure', b'flow.structurE')  # not silently a flat plain-safetensors dict
+    renamed = raw.replace(b"flow.structure", b"flow.structurE")  # not silently a flat plain-safetensors dict
     (tmp_path / "r.flow").write_bytes(renamed)
     with pytest.raises(CheckpointError, match="r.flow"):
         load(tmp_path / "r.flow")
@@ -318,8 +330,11 @@ def test_a_device_that_is_not_installed(tmp_path):
     import safetensors.numpy
 
     root = {"$d": [["w", {**WNODE, "device": "nosuchdevice:0"}]]}
-    safetensors.numpy.save_file({"w": W}, str(tmp_path / "g.flow"),
-                                metadata={"format": "flow", "flow.structure": json.dumps({"version": 1, "root": root})})
+    safetensors.numpy.save_file(
+        {"w": W},
+        str(tmp_path / "g.flow"),
+        metadata={"format": "flow", "flow.structure": json.dumps({"version": 1, "root": root})},
+    )
     with pytest.raises(CheckpointError, match="cannot put tensor 'w' on nosuchdevice:0.*map_location='cpu'"):
         load(tmp_path / "g.flow")
     assert load(tmp_path / "g.flow", map_location="cpu")["w"].tolist() == [1.0, 1.0]

@@ -38,8 +38,9 @@ def assert_untouched(directory, target, epoch: int) -> None:
 
 def run_python(script: str, **kw) -> dict:
     """Run ``script`` in a fresh interpreter; it prints one JSON line, which is returned."""
-    out = subprocess.run([sys.executable, "-c", REPORT + textwrap.dedent(script)], capture_output=True, text=True,
-                         timeout=120, **kw)
+    out = subprocess.run(
+        [sys.executable, "-c", REPORT + textwrap.dedent(script)], capture_output=True, text=True, timeout=120, **kw
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -145,10 +146,13 @@ def test_read_only_directory(tmp_path):
                 save({"epoch": 2}, target)
             assert_os_error(ei.value, errno.EACCES, target)
         else:  # root writes anywhere: ask an unprivileged user to save there
-            got = run_python(f"""
+            got = run_python(
+                f"""
                 os.setgroups([]); os.setgid(65534); os.setuid(65534)
                 report(lambda: flow.save({{"epoch": 2}}, {target!r}))
-            """, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+            """,
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            )
             assert got["errno"] == errno.EACCES and got["filename"] == target, got
             assert {"CheckpointPermissionError", "PermissionError", "CheckpointError"} <= set(got["types"])
         assert_untouched(directory, target, 1)
@@ -286,17 +290,18 @@ def test_only_stale_temp_files_of_flows_naming_are_removed(tmp_path):
     dead.wait()
     other_origin = "0" * 8 if atomic._ORIGIN != "0" * 8 else "1" * 8
     names = {
-        f".ck.flow.flowtmp-{atomic._ORIGIN}-{live.pid}-0123abcd": "kept",      # a save still being written
-        f".ck.flow.flowtmp-{atomic._ORIGIN}-{os.getpid()}-0123abcd": "kept",   # this process's own
-        f".ck.flow.flowtmp-{atomic._ORIGIN}-{dead.pid}-0123abcd": "removed",   # its writer is gone
+        f".ck.flow.flowtmp-{atomic._ORIGIN}-{live.pid}-0123abcd": "kept",  # a save still being written
+        f".ck.flow.flowtmp-{atomic._ORIGIN}-{os.getpid()}-0123abcd": "kept",  # this process's own
+        f".ck.flow.flowtmp-{atomic._ORIGIN}-{dead.pid}-0123abcd": "removed",  # its writer is gone
         f".other.flow.flowtmp-{atomic._ORIGIN}-{dead.pid}-0123abcd": "removed",  # another checkpoint's, same dir
-        f".ck.flow.flowtmp-{other_origin}-{dead.pid}-0123abcd": "kept",        # another machine's, fresh
-        f".ck.flow.flowtmp-{other_origin}-{live.pid}-4567abcd": "removed",     # another machine's, old (below)
-        f".ck.flow.{dead.pid}.0123abcd.tmp": "kept",                           # older naming, fresh
-        f".ck.flow.{dead.pid}.4567abcd.tmp": "removed",                        # older naming, old
-        f".other.flow.{dead.pid}.4567abcd.tmp": "kept",                        # older naming, another target
-        f"ck.flow.flowtmp-{atomic._ORIGIN}-{dead.pid}-0123abcd": "kept",       # not flow's pattern
-        ".ck.flow.tmp": "kept", "notes.txt": "kept",
+        f".ck.flow.flowtmp-{other_origin}-{dead.pid}-0123abcd": "kept",  # another machine's, fresh
+        f".ck.flow.flowtmp-{other_origin}-{live.pid}-4567abcd": "removed",  # another machine's, old (below)
+        f".ck.flow.{dead.pid}.0123abcd.tmp": "kept",  # older naming, fresh
+        f".ck.flow.{dead.pid}.4567abcd.tmp": "removed",  # older naming, old
+        f".other.flow.{dead.pid}.4567abcd.tmp": "kept",  # older naming, another target
+        f"ck.flow.flowtmp-{atomic._ORIGIN}-{dead.pid}-0123abcd": "kept",  # not flow's pattern
+        ".ck.flow.tmp": "kept",
+        "notes.txt": "kept",
     }
     try:
         old = time.time() - atomic.STALE_AFTER_S - 60
@@ -371,7 +376,7 @@ def test_reference_cycles(tmp_path):
 
 def test_values_that_json_cannot_hold_and_bad_metadata(tmp_path):
     with pytest.raises(CheckpointError, match="cannot write the structure"):
-        save({"n": 10 ** 5000}, tmp_path / "x.flow")
+        save({"n": 10**5000}, tmp_path / "x.flow")
     with pytest.raises(OpTypeError, match="metadata must be a dict"):
         save({}, tmp_path / "x.flow", metadata=[("a", "b")])
     with pytest.raises(OpTypeError, match="metadata must map str to str"):

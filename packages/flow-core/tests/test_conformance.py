@@ -70,8 +70,11 @@ def test_a_wrong_backward_kernel_fails_the_suite_on_the_op_it_differentiates(npd
 
     flow.plugins.register(_bad_kernel_plugin("bad_silu_bw", "silu_backward", bad), name="tests.bad_silu_bw")
     try:
-        with pytest.raises(OpCheckError, match=r"op 'silu' sample \d+ on device 'npdev' dtype .*backward: "
-                                               r"gradient of input 0 differs from the CPU's"):
+        with pytest.raises(
+            OpCheckError,
+            match=r"op 'silu' sample \d+ on device 'npdev' dtype .*backward: "
+            r"gradient of input 0 differs from the CPU's",
+        ):
             check_op_on_device("silu", npdev, backward=True)
         check_op_on_device("silu", npdev, backward=False)  # forward alone still passes
     finally:
@@ -88,17 +91,23 @@ def test_an_op_with_kernels_for_other_devices_only_is_skipped_saying_so(npdev):
     from flow.registry import schema
 
     mod = types.ModuleType("cpu_only")
-    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(
-        schema("tests_cpu_only_op", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)))
-    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(
-        "tests_cpu_only_op", "cpu", lambda x: x))
+    mod.flow_register_ops = hookimpl(
+        lambda registry: registry.register_op(
+            schema("tests_cpu_only_op", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)
+        )
+    )
+    mod.flow_register_kernels = hookimpl(
+        lambda registry: registry.register_kernel("tests_cpu_only_op", "cpu", lambda x: x)
+    )
     flow.plugins.register(mod, name="tests.cpu_only")
     try:
         report = check_op_on_device("tests_cpu_only_op", npdev)
     finally:
         flow.plugins.unregister("tests.cpu_only")
-    assert report["skipped"] == ["op 'tests_cpu_only_op' (plugin 'tests.cpu_only') has no kernel for 'npdev' and "
-                                 "no generic kernel (it has kernels for: cpu)"]
+    assert report["skipped"] == [
+        "op 'tests_cpu_only_op' (plugin 'tests.cpu_only') has no kernel for 'npdev' and "
+        "no generic kernel (it has kernels for: cpu)"
+    ]
 
 
 def test_an_unknown_device_type_is_named():
@@ -108,19 +117,29 @@ def test_an_unknown_device_type_is_named():
 
 # -- the discovery suite -----------------------------------------------------------------------------
 
+
 def run_suite(root, code: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOW_")}
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=str(root))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(root),
+    )
 
 
 def test_a_conforming_plugin_passes_every_check(tmp_path):
     fake_plugin(tmp_path, "fakeplugin", "fake", "fakeplugin_mod", GOOD_PLUGIN.format(op="fake_triple"))
-    proc = run_suite(tmp_path, """
+    proc = run_suite(
+        tmp_path,
+        """
         from flow.testing import check_plugin_discovery
         print(check_plugin_discovery("fakeplugin", registers={"ops": ["fake_triple"], "kernels": ["fake_triple[cpu]"]}))
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(["entry_point", "hooks", "loads", "registers", "cli", "cli_select", "cli_skip"])
 
@@ -130,25 +149,35 @@ def test_the_pytest_form_is_one_parametrised_test(tmp_path):
     (tmp_path / "test_disc.py").write_text(
         "from flow.testing import plugin_discovery_suite\n\n"
         "test_plugin_discovery = plugin_discovery_suite('fakeplugin', registers={'ops': ['fake_triple']},\n"
-        "                                               absent_modules=['cupy'])\n")
-    proc = run_suite(tmp_path, """
+        "                                               absent_modules=['cupy'])\n"
+    )
+    proc = run_suite(
+        tmp_path,
+        """
         import sys, pytest
         sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "test_disc.py"]))
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "8 passed" in proc.stdout
 
 
-@pytest.mark.parametrize("registers, check", [
-    ({"ops": ["fake_triple", "fake_missing"]}, "registers"),
-    ({"passes": ["fake_pass"]}, "registers"),
-])
+@pytest.mark.parametrize(
+    "registers, check",
+    [
+        ({"ops": ["fake_triple", "fake_missing"]}, "registers"),
+        ({"passes": ["fake_pass"]}, "registers"),
+    ],
+)
 def test_a_plugin_that_does_not_register_what_it_declares_fails(tmp_path, registers, check):
     fake_plugin(tmp_path, "fakeplugin", "fake", "fakeplugin_mod", GOOD_PLUGIN.format(op="fake_triple"))
-    proc = run_suite(tmp_path, f"""
+    proc = run_suite(
+        tmp_path,
+        f"""
         from flow.testing import discovery_checks
         discovery_checks("fakeplugin", registers={registers!r})["{check}"]()
-    """)
+    """,
+    )
     assert proc.returncode != 0
     assert "PluginConformanceError" in proc.stderr and f"check '{check}'" in proc.stderr
     assert "should register" in proc.stderr
@@ -157,10 +186,13 @@ def test_a_plugin_that_does_not_register_what_it_declares_fails(tmp_path, regist
 def test_a_plugin_that_needs_an_absent_module_fails(tmp_path):
     fake_plugin(tmp_path, "gpuplugin", "gpu", "gpuplugin_mod", "import cupy_not_here_either\n")
     (tmp_path / "cupy_not_here_either.py").write_text("")
-    proc = run_suite(tmp_path, """
+    proc = run_suite(
+        tmp_path,
+        """
         from flow.testing import discovery_checks
         discovery_checks("gpuplugin", absent_modules=["cupy_not_here_either"])["absent"]()
-    """)
+    """,
+    )
     assert proc.returncode != 0 and "check 'absent'" in proc.stderr and "cupy_not_here_either" in proc.stderr
 
 
@@ -168,8 +200,11 @@ def test_a_distribution_without_an_entry_point_fails(tmp_path):
     info = tmp_path / "plain-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plain\nVersion: 1.0\n")
-    proc = run_suite(tmp_path, """
+    proc = run_suite(
+        tmp_path,
+        """
         from flow.testing import discovery_checks
         discovery_checks("plain")["entry_point"]()
-    """)
+    """,
+    )
     assert proc.returncode != 0 and "declares no entry point in group 'flow.plugins'" in proc.stderr

@@ -41,10 +41,15 @@ def np_conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)
     for g in range(groups):
         for oh in range(Ho):
             for ow in range(Wo):
-                patch = x[:, g * Cg:(g + 1) * Cg, oh * sh:oh * sh + dh * (kh - 1) + 1:dh,
-                          ow * sw:ow * sw + dw * (kw - 1) + 1:dw]
-                out[:, g * Og:(g + 1) * Og, oh, ow] = np.tensordot(patch, w[g * Og:(g + 1) * Og],
-                                                                   axes=([1, 2, 3], [1, 2, 3]))
+                patch = x[
+                    :,
+                    g * Cg : (g + 1) * Cg,
+                    oh * sh : oh * sh + dh * (kh - 1) + 1 : dh,
+                    ow * sw : ow * sw + dw * (kw - 1) + 1 : dw,
+                ]
+                out[:, g * Og : (g + 1) * Og, oh, ow] = np.tensordot(
+                    patch, w[g * Og : (g + 1) * Og], axes=([1, 2, 3], [1, 2, 3])
+                )
     if b is not None:
         out += b[None, :, None, None]
     return out
@@ -64,9 +69,10 @@ def np_conv_transpose2d(x, w, stride, padding, output_padding, dilation, groups)
             for v in range(W):
                 for i in range(kh):
                     for j in range(kw):
-                        full[:, g * Cog:(g + 1) * Cog, h * sh + i * dh, v * sw + j * dw] += \
-                            x[:, g * Cig:(g + 1) * Cig, h, v] @ w[g * Cig:(g + 1) * Cig, :, i, j]
-    return full[:, :, ph:ph + Ho, pw:pw + Wo]
+                        full[:, g * Cog : (g + 1) * Cog, h * sh + i * dh, v * sw + j * dw] += (
+                            x[:, g * Cig : (g + 1) * Cig, h, v] @ w[g * Cig : (g + 1) * Cig, :, i, j]
+                        )
+    return full[:, :, ph : ph + Ho, pw : pw + Wo]
 
 
 NP_CASES = [
@@ -98,8 +104,15 @@ def test_conv2d_matches_numpy_reference(xs, ws, kw, bias):
     b = rand(ws[0]) if bias else None
     out = F.conv2d(flow.tensor(x), flow.tensor(w), None if b is None else flow.tensor(b), **kw)
     two = lambda v: (v, v) if isinstance(v, int) else tuple(v)
-    ref = np_conv2d(x, w, b, two(kw.get("stride", 1)), _explicit(kw.get("padding", 0), ws[2:], kw.get("dilation", 1)),
-                    two(kw.get("dilation", 1)), kw.get("groups", 1))
+    ref = np_conv2d(
+        x,
+        w,
+        b,
+        two(kw.get("stride", 1)),
+        _explicit(kw.get("padding", 0), ws[2:], kw.get("dilation", 1)),
+        two(kw.get("dilation", 1)),
+        kw.get("groups", 1),
+    )
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-10, atol=1e-10)
 
 
@@ -115,8 +128,10 @@ def test_conv2d_double_backward():
     x = flow.tensor(rand(1, 2, 4, 5), requires_grad=True)
     w = flow.tensor(rand(2, 2, 3, 2), requires_grad=True)
     assert gradgradcheck(lambda a, c: F.conv2d(a, c, stride=(2, 1), padding=1), (x, w))
-    assert gradgradcheck(lambda a, c: F.conv_transpose2d(a, c, stride=2, padding=1, output_padding=1),
-                         (flow.tensor(rand(1, 2, 3, 3), requires_grad=True), w))
+    assert gradgradcheck(
+        lambda a, c: F.conv_transpose2d(a, c, stride=2, padding=1, output_padding=1),
+        (flow.tensor(rand(1, 2, 3, 3), requires_grad=True), w),
+    )
 
 
 def test_conv1d_matches_numpy_reference():
@@ -135,8 +150,12 @@ def test_conv_transpose2d_matches_numpy_reference_and_is_the_adjoint():
     # <conv_transpose(x), y> == <x, conv(y)> with the same weight
     y = rand(*out.shape)
     lhs = float((out.numpy() * y).sum())
-    rhs = float((x * F.conv2d(flow.tensor(y), flow.tensor(w), stride=(2, 3), padding=(1, 0), dilation=(1, 2),
-                              groups=2).numpy()).sum())
+    rhs = float(
+        (
+            x
+            * F.conv2d(flow.tensor(y), flow.tensor(w), stride=(2, 3), padding=(1, 0), dilation=(1, 2), groups=2).numpy()
+        ).sum()
+    )
     assert abs(lhs - rhs) < 1e-9 * max(1.0, abs(lhs))
 
 
@@ -225,22 +244,29 @@ CONV2D_CASES = [
 def test_conv2d_vs_torch(xs, ws, kw, bias):
     torch = _torch()
     arrays = [rand(*xs), rand(*ws), rand(ws[0]) if bias else None]
-    compare(lambda x, w, b: F.conv2d(x, w, b, **kw), lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
-            arrays)
+    compare(lambda x, w, b: F.conv2d(x, w, b, **kw), lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw), arrays)
 
 
 @pytest.mark.parametrize("xs,ws,kw", CONV2D_CASES[1:7])
 def test_conv2d_vs_torch_float32(xs, ws, kw):
     torch = _torch()
-    compare(lambda x, w, b: F.conv2d(x, w, b, **kw), lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
-            [rand(*xs), rand(*ws), rand(ws[0])], dtype=np.float32)
+    compare(
+        lambda x, w, b: F.conv2d(x, w, b, **kw),
+        lambda x, w, b: torch.nn.functional.conv2d(x, w, b, **kw),
+        [rand(*xs), rand(*ws), rand(ws[0])],
+        dtype=np.float32,
+    )
 
 
 def test_conv2d_resnet_like_layer_vs_torch():
     torch = _torch()
     kw = dict(stride=1, padding=1)
-    compare(lambda x, w: F.conv2d(x, w, **kw), lambda x, w: torch.nn.functional.conv2d(x, w, **kw),
-            [rand(4, 16, 16, 16), rand(16, 16, 3, 3) * 0.1], dtype=np.float32)
+    compare(
+        lambda x, w: F.conv2d(x, w, **kw),
+        lambda x, w: torch.nn.functional.conv2d(x, w, **kw),
+        [rand(4, 16, 16, 16), rand(16, 16, 3, 3) * 0.1],
+        dtype=np.float32,
+    )
 
 
 CONV1D_CASES = [
@@ -255,8 +281,11 @@ CONV1D_CASES = [
 @pytest.mark.parametrize("xs,ws,kw", CONV1D_CASES)
 def test_conv1d_vs_torch(xs, ws, kw):
     torch = _torch()
-    compare(lambda x, w, b: F.conv1d(x, w, b, **kw), lambda x, w, b: torch.nn.functional.conv1d(x, w, b, **kw),
-            [rand(*xs), rand(*ws), rand(ws[0])])
+    compare(
+        lambda x, w, b: F.conv1d(x, w, b, **kw),
+        lambda x, w, b: torch.nn.functional.conv1d(x, w, b, **kw),
+        [rand(*xs), rand(*ws), rand(ws[0])],
+    )
 
 
 CONVT_CASES = [
@@ -275,16 +304,21 @@ CONVT_CASES = [
 def test_conv_transpose2d_vs_torch(xs, ws, kw):
     torch = _torch()
     nb = ws[1] * kw.get("groups", 1)
-    compare(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw),
-            lambda x, w, b: torch.nn.functional.conv_transpose2d(x, w, b, **kw), [rand(*xs), rand(*ws), rand(nb)])
+    compare(
+        lambda x, w, b: F.conv_transpose2d(x, w, b, **kw),
+        lambda x, w, b: torch.nn.functional.conv_transpose2d(x, w, b, **kw),
+        [rand(*xs), rand(*ws), rand(nb)],
+    )
 
 
 def test_conv_transpose1d_vs_torch():
     torch = _torch()
     kw = dict(stride=2, padding=1, output_padding=1, dilation=1, groups=1)
-    compare(lambda x, w, b: F.conv_transpose1d(x, w, b, **kw),
-            lambda x, w, b: torch.nn.functional.conv_transpose1d(x, w, b, **kw), [rand(2, 3, 7), rand(3, 2, 3),
-                                                                                   rand(2)])
+    compare(
+        lambda x, w, b: F.conv_transpose1d(x, w, b, **kw),
+        lambda x, w, b: torch.nn.functional.conv_transpose1d(x, w, b, **kw),
+        [rand(2, 3, 7), rand(3, 2, 3), rand(2)],
+    )
 
 
 def test_conv2d_second_derivative_vs_torch():
@@ -310,37 +344,58 @@ def _t(*shape, dtype=np.float64):
     return flow.tensor(rand(*shape, dtype=dtype))
 
 
-@pytest.mark.parametrize("call,err,words", [
-    (lambda: F.conv2d(_t(2, 3, 5), _t(4, 3, 3, 3)), OpError, ["conv2d", "channels"]),
-    (lambda: F.conv2d(_t(3, 5), _t(4, 3, 3, 3)), OpError, ["conv2d", "input", "3-d or 4-d"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3)), OpError, ["conv2d", "weight", "4-d"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 2, 3, 3)), OpError, ["conv2d", "3 channels", "expected 'input' with 2"]),
-    (lambda: F.conv2d(_t(1, 4, 5, 5), _t(3, 2, 3, 3), groups=2), OpError, ["conv2d", "groups=2", "divisible"]),
-    (lambda: F.conv2d(_t(1, 4, 5, 5), _t(4, 2, 3, 3), groups=0), OpError, ["conv2d", "groups"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), padding=-1), OpError, ["conv2d", "padding", "non-negative"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), stride=0), OpError, ["conv2d", "stride", "positive"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), dilation=(1, 0)), OpError, ["conv2d", "dilation"]),
-    (lambda: F.conv2d(_t(1, 3, 2, 5), _t(4, 3, 3, 3)), OpError, ["conv2d", "kernel size 3", "padded input size 2"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), padding="same", stride=2), OpError, ["conv2d", "same"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), padding="full"), OpError, ["conv2d", "padding"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), _t(3)), OpError, ["conv2d", "bias", "(4,)"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3, dtype=np.float32)), OpTypeError, ["conv2d", "dtype"]),
-    (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), stride=(1, 2, 3)), OpTypeError, ["conv2d", "stride"]),
-    (lambda: F.conv2d(np.zeros((1, 3, 5, 5)), _t(4, 3, 3, 3)), OpTypeError, ["conv2d", "input", "Tensor"]),
-    # integers convolve in their dtype, as in PyTorch on the CPU; bools do not
-    (lambda: F.conv2d(flow.tensor(np.ones((1, 3, 5, 5), np.bool_)), flow.tensor(np.ones((4, 3, 3, 3), np.bool_))),
-     OpTypeError, ["conv2d", "not bool"]),
-    (lambda: F.conv1d(_t(1, 3, 5, 5), _t(4, 3, 3)), OpError, ["conv1d", "input", "2-d or 3-d"]),
-    (lambda: F.conv1d(_t(1, 3, 2), _t(4, 3, 3)), OpError, ["conv1d", "kernel size 3"]),
-    (lambda: F.conv1d(_t(1, 2, 8), _t(4, 3, 3)), OpError, ["conv1d", "channels"]),
-    (lambda: F.conv_transpose2d(_t(1, 3, 5, 5), _t(2, 4, 3, 3)), OpError, ["conv_transpose2d", "channels"]),
-    (lambda: F.conv_transpose2d(_t(1, 3, 5, 5), _t(3, 4, 3, 3), stride=2, output_padding=2), OpError,
-     ["conv_transpose2d", "output_padding"]),
-    (lambda: F.conv_transpose2d(_t(1, 3, 1, 1), _t(3, 4, 1, 1), padding=1), OpError,
-     ["conv_transpose2d", "output size"]),
-    (lambda: F.conv_transpose2d(_t(1, 3, 5, 5), _t(3, 4, 3, 3), padding=-1), OpError,
-     ["conv_transpose2d", "padding"]),
-])
+@pytest.mark.parametrize(
+    "call,err,words",
+    [
+        (lambda: F.conv2d(_t(2, 3, 5), _t(4, 3, 3, 3)), OpError, ["conv2d", "channels"]),
+        (lambda: F.conv2d(_t(3, 5), _t(4, 3, 3, 3)), OpError, ["conv2d", "input", "3-d or 4-d"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3)), OpError, ["conv2d", "weight", "4-d"]),
+        (
+            lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 2, 3, 3)),
+            OpError,
+            ["conv2d", "3 channels", "expected 'input' with 2"],
+        ),
+        (lambda: F.conv2d(_t(1, 4, 5, 5), _t(3, 2, 3, 3), groups=2), OpError, ["conv2d", "groups=2", "divisible"]),
+        (lambda: F.conv2d(_t(1, 4, 5, 5), _t(4, 2, 3, 3), groups=0), OpError, ["conv2d", "groups"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), padding=-1), OpError, ["conv2d", "padding", "non-negative"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), stride=0), OpError, ["conv2d", "stride", "positive"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), dilation=(1, 0)), OpError, ["conv2d", "dilation"]),
+        (lambda: F.conv2d(_t(1, 3, 2, 5), _t(4, 3, 3, 3)), OpError, ["conv2d", "kernel size 3", "padded input size 2"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), padding="same", stride=2), OpError, ["conv2d", "same"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), padding="full"), OpError, ["conv2d", "padding"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), _t(3)), OpError, ["conv2d", "bias", "(4,)"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3, dtype=np.float32)), OpTypeError, ["conv2d", "dtype"]),
+        (lambda: F.conv2d(_t(1, 3, 5, 5), _t(4, 3, 3, 3), stride=(1, 2, 3)), OpTypeError, ["conv2d", "stride"]),
+        (lambda: F.conv2d(np.zeros((1, 3, 5, 5)), _t(4, 3, 3, 3)), OpTypeError, ["conv2d", "input", "Tensor"]),
+        # integers convolve in their dtype, as in PyTorch on the CPU; bools do not
+        (
+            lambda: F.conv2d(
+                flow.tensor(np.ones((1, 3, 5, 5), np.bool_)), flow.tensor(np.ones((4, 3, 3, 3), np.bool_))
+            ),
+            OpTypeError,
+            ["conv2d", "not bool"],
+        ),
+        (lambda: F.conv1d(_t(1, 3, 5, 5), _t(4, 3, 3)), OpError, ["conv1d", "input", "2-d or 3-d"]),
+        (lambda: F.conv1d(_t(1, 3, 2), _t(4, 3, 3)), OpError, ["conv1d", "kernel size 3"]),
+        (lambda: F.conv1d(_t(1, 2, 8), _t(4, 3, 3)), OpError, ["conv1d", "channels"]),
+        (lambda: F.conv_transpose2d(_t(1, 3, 5, 5), _t(2, 4, 3, 3)), OpError, ["conv_transpose2d", "channels"]),
+        (
+            lambda: F.conv_transpose2d(_t(1, 3, 5, 5), _t(3, 4, 3, 3), stride=2, output_padding=2),
+            OpError,
+            ["conv_transpose2d", "output_padding"],
+        ),
+        (
+            lambda: F.conv_transpose2d(_t(1, 3, 1, 1), _t(3, 4, 1, 1), padding=1),
+            OpError,
+            ["conv_transpose2d", "output size"],
+        ),
+        (
+            lambda: F.conv_transpose2d(_t(1, 3, 5, 5), _t(3, 4, 3, 3), padding=-1),
+            OpError,
+            ["conv_transpose2d", "padding"],
+        ),
+    ],
+)
 def test_bad_arguments(call, err, words):
     with pytest.raises(err) as info:
         call()
@@ -352,8 +407,24 @@ def test_bad_arguments(call, err, words):
 def test_op_level_errors_name_the_op():
     g, w = _t(1, 4, 3, 3), _t(4, 2, 3, 3)
     with pytest.raises(OpError, match="conv2d_backward_input.*spatial size"):
-        flow.ops.call("conv2d_backward_input", g, w, input_size=(9, 9), stride=(1, 1), padding=(0, 0, 0, 0),
-                      dilation=(1, 1), groups=1)
+        flow.ops.call(
+            "conv2d_backward_input",
+            g,
+            w,
+            input_size=(9, 9),
+            stride=(1, 1),
+            padding=(0, 0, 0, 0),
+            dilation=(1, 1),
+            groups=1,
+        )
     with pytest.raises(OpError, match="conv2d_backward_weight.*batch"):
-        flow.ops.call("conv2d_backward_weight", g, _t(2, 2, 5, 5), weight_size=(3, 3), stride=(1, 1),
-                      padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+        flow.ops.call(
+            "conv2d_backward_weight",
+            g,
+            _t(2, 2, 5, 5),
+            weight_size=(3, 3),
+            stride=(1, 1),
+            padding=(0, 0, 0, 0),
+            dilation=(1, 1),
+            groups=1,
+        )

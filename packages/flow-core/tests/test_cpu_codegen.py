@@ -38,8 +38,23 @@ def _check(prog, arrays, rtol=None):
     return got
 
 
-UNARY = ["neg", "exp", "tanh", "sigmoid", "relu", "abs", "square", "sin", "cos", "erf", "floor", "sign", "silu",
-         "expm1", "atan"]
+UNARY = [
+    "neg",
+    "exp",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "abs",
+    "square",
+    "sin",
+    "cos",
+    "erf",
+    "floor",
+    "sign",
+    "silu",
+    "expm1",
+    "atan",
+]
 POSITIVE_UNARY = ["log", "sqrt", "rsqrt", "reciprocal", "log1p", "log2"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
 
@@ -52,7 +67,7 @@ def _random_program(rng, dt, shape, n_in):
         for d in range(len(s)):
             if k and rng.random() < 0.3:
                 s[d] = 1
-        in_shapes.append(tuple(s[rng.integers(0, 2) if k else 0:]))
+        in_shapes.append(tuple(s[rng.integers(0, 2) if k else 0 :]))
     instrs = []
     vals = [("i", k) for k in range(n_in)]
     for _ in range(int(rng.integers(2, 7))):
@@ -98,39 +113,64 @@ def test_random_programs_match_the_reference(dt, seed):
 @pytest.mark.parametrize("in_shape", [(4, 8, 8, 8), (1, 8, 1, 1), (8, 1, 1), (8, 1), (1,), (), (4, 1, 8, 1)])
 def test_broadcast_layouts(dt, in_shape):
     shape = (4, 8, 8, 8)
-    prog = FusedProgram(shape, ((shape, dt), (in_shape, dt)),
-                        (("mul", (("i", 0), ("i", 1)), (), dt), ("sub", (("t", 0), ("c", 0.25)), (), dt),
-                         ("relu", (("t", 1),), (), dt)), (2,))
+    prog = FusedProgram(
+        shape,
+        ((shape, dt), (in_shape, dt)),
+        (
+            ("mul", (("i", 0), ("i", 1)), (), dt),
+            ("sub", (("t", 0), ("c", 0.25)), (), dt),
+            ("relu", (("t", 1),), (), dt),
+        ),
+        (2,),
+    )
     rng = np.random.default_rng(0)
     _check(prog, [rng.standard_normal(shape).astype(dt), rng.standard_normal(in_shape).astype(dt)])
 
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])
-@pytest.mark.parametrize("shape,reduce,other", [((6, 50), 1, (50,)), ((3, 4, 5), 2, (3, 1, 1)), ((7, 9), 2, (7, 1)),
-                                                ((4, 5, 6), 1, (5, 1)), ((100000,), 1, ())])
+@pytest.mark.parametrize(
+    "shape,reduce,other",
+    [((6, 50), 1, (50,)), ((3, 4, 5), 2, (3, 1, 1)), ((7, 9), 2, (7, 1)), ((4, 5, 6), 1, (5, 1)), ((100000,), 1, ())],
+)
 @pytest.mark.parametrize("op,keep", [("sum", False), ("mean", True)])
 def test_trailing_reductions(dt, shape, reduce, other, op, keep):
     dims = tuple(range(len(shape) - reduce, len(shape)))
-    prog = FusedProgram(shape, ((shape, dt), (other, dt)),
-                        (("mul", (("i", 0), ("i", 1)), (), dt), ("tanh", (("t", 0),), (), dt),
-                         (op, (("t", 1),), (("dim", dims), ("keepdim", keep)), dt)), (1, 2), reduce)
+    prog = FusedProgram(
+        shape,
+        ((shape, dt), (other, dt)),
+        (
+            ("mul", (("i", 0), ("i", 1)), (), dt),
+            ("tanh", (("t", 0),), (), dt),
+            (op, (("t", 1),), (("dim", dims), ("keepdim", keep)), dt),
+        ),
+        (1, 2),
+        reduce,
+    )
     rng = np.random.default_rng(1)
-    got = _check(prog, [rng.standard_normal(shape).astype(dt), rng.standard_normal(other).astype(dt)],
-                 rtol=1e-4 if dt == "float32" else 1e-10)
+    got = _check(
+        prog,
+        [rng.standard_normal(shape).astype(dt), rng.standard_normal(other).astype(dt)],
+        rtol=1e-4 if dt == "float32" else 1e-10,
+    )
     assert got[1].shape == prog.out_shape(1)
 
 
 def test_comparisons_casts_where_and_bool_outputs():
     dt = "float32"
-    prog = FusedProgram((5, 7), (((5, 7), dt), ((7,), dt), ((5, 7), "bool")),
-                        (("gt", (("i", 0), ("c", 0.0)), (), "bool"),
-                         ("cast", (("t", 0),), (("dtype", "float32"),), dt),
-                         ("mul", (("i", 1), ("t", 1)), (), dt),
-                         ("logical_and", (("t", 0), ("i", 2)), (), "bool"),
-                         ("where", (("t", 3), ("t", 2), ("c", -1.5)), (), dt),
-                         ("cast", (("t", 4),), (("dtype", "float64"),), "float64"),
-                         ("isnan", (("i", 0),), (), "bool")),
-                        (3, 4, 5, 6))
+    prog = FusedProgram(
+        (5, 7),
+        (((5, 7), dt), ((7,), dt), ((5, 7), "bool")),
+        (
+            ("gt", (("i", 0), ("c", 0.0)), (), "bool"),
+            ("cast", (("t", 0),), (("dtype", "float32"),), dt),
+            ("mul", (("i", 1), ("t", 1)), (), dt),
+            ("logical_and", (("t", 0), ("i", 2)), (), "bool"),
+            ("where", (("t", 3), ("t", 2), ("c", -1.5)), (), dt),
+            ("cast", (("t", 4),), (("dtype", "float64"),), "float64"),
+            ("isnan", (("i", 0),), (), "bool"),
+        ),
+        (3, 4, 5, 6),
+    )
     rng = np.random.default_rng(2)
     x = rng.standard_normal((5, 7)).astype(dt)
     x[0, 0] = np.nan
@@ -142,8 +182,9 @@ def test_nan_and_inf_propagate_like_numpy():
     dt = "float32"
     x = np.array([np.nan, -np.inf, np.inf, -1.0, 0.0, 2.0, 100.0, -100.0], np.float32)
     for op in ["relu", "exp", "tanh", "sigmoid", "abs", "neg", "sign"]:
-        prog = FusedProgram(x.shape, ((x.shape, dt),), ((op, (("i", 0),), (), dt),
-                                                        ("maximum", (("t", 0), ("c", -5.0)), (), dt)), (1,))
+        prog = FusedProgram(
+            x.shape, ((x.shape, dt),), ((op, (("i", 0),), (), dt), ("maximum", (("t", 0), ("c", -5.0)), (), dt)), (1,)
+        )
         got = codegen.native_kernel(prog)([x])
         np.testing.assert_allclose(got, evaluate(prog, [x])[0], rtol=1e-6, atol=1e-37, equal_nan=True, err_msg=op)
 
@@ -152,8 +193,12 @@ def test_nan_and_inf_propagate_like_numpy():
 def test_pow_by_constant(exponent):
     dt = "float64"
     x = np.linspace(0.1, 3, 17)
-    prog = FusedProgram(x.shape, ((x.shape, dt),), (("pow", (("i", 0), ("c", exponent)), (), dt),
-                                                    ("add", (("t", 0), ("c", 1)), (), dt)), (1,))
+    prog = FusedProgram(
+        x.shape,
+        ((x.shape, dt),),
+        (("pow", (("i", 0), ("c", exponent)), (), dt), ("add", (("t", 0), ("c", 1)), (), dt)),
+        (1,),
+    )
     _check(prog, [x])
 
 
@@ -166,8 +211,9 @@ def test_literals_are_the_values_numpy_uses():
 
 def test_loop_layout_drops_unit_dims_and_collapses():
     dt = "float32"
-    prog = FusedProgram((4, 8, 8, 8), (((4, 8, 8, 8), dt), ((1, 8, 1, 1), dt)), (("mul", (("i", 0), ("i", 1)), (),
-                                                                                   dt),), (0,))
+    prog = FusedProgram(
+        (4, 8, 8, 8), (((4, 8, 8, 8), dt), ((1, 8, 1, 1), dt)), (("mul", (("i", 0), ("i", 1)), (), dt),), (0,)
+    )
     dims, n_outer, strides = codegen.loop_layout(prog)
     assert dims == [4, 8, 64] and n_outer == 2
     assert strides == [[512, 64, 1], [0, 1, 0]]
@@ -178,8 +224,12 @@ def test_loop_layout_drops_unit_dims_and_collapses():
 
 def test_non_contiguous_inputs_and_out_buffers():
     dt = "float64"
-    prog = FusedProgram((5, 6), (((5, 6), dt), ((5, 6), dt)), (("add", (("i", 0), ("i", 1)), (), dt),
-                                                                ("exp", (("t", 0),), (), dt)), (0, 1))
+    prog = FusedProgram(
+        (5, 6),
+        (((5, 6), dt), ((5, 6), dt)),
+        (("add", (("i", 0), ("i", 1)), (), dt), ("exp", (("t", 0),), (), dt)),
+        (0, 1),
+    )
     k = codegen.native_kernel(prog)
     rng = np.random.default_rng(3)
     a = rng.standard_normal((6, 5)).T  # a transposed view

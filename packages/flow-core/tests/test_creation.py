@@ -10,11 +10,22 @@ from flow.errors import OpError, OpTypeError
 
 # -- flow.tensor -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("data, dtype", [
-    ([1, 2], flow.int64), ([1.0, 2], flow.float32), ([True, False], flow.bool), (3, flow.int64), (2.5, flow.float32),
-    ([[1, 2], [3, 4]], flow.int64), ([], flow.float32), (np.float64(1.0), flow.float64),
-    (np.array([1, 2], dtype=np.int16), flow.int16), ([np.int32(1), 2], flow.int64),
-])
+
+@pytest.mark.parametrize(
+    "data, dtype",
+    [
+        ([1, 2], flow.int64),
+        ([1.0, 2], flow.float32),
+        ([True, False], flow.bool),
+        (3, flow.int64),
+        (2.5, flow.float32),
+        ([[1, 2], [3, 4]], flow.int64),
+        ([], flow.float32),
+        (np.float64(1.0), flow.float64),
+        (np.array([1, 2], dtype=np.int16), flow.int16),
+        ([np.int32(1), 2], flow.int64),
+    ],
+)
 def test_tensor_infers_dtypes_like_pytorch(data, dtype):
     assert flow.tensor(data).dtype is dtype
 
@@ -55,6 +66,7 @@ def test_as_tensor_avoids_copies():
 
 # -- factories -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("factory, value", [(flow.zeros, 0.0), (flow.ones, 1.0)])
 def test_zeros_ones(factory, value):
     for args in [(2, 3), ((2, 3),), ([2, 3],), (flow.Size([2, 3]),)]:
@@ -83,14 +95,17 @@ def test_empty():
     assert flow.empty(2, 3).shape == (2, 3) and flow.empty(2, dtype=flow.int32).dtype is flow.int32
 
 
-@pytest.mark.parametrize("args, kw, want", [
-    ((5,), {}, [0, 1, 2, 3, 4]),
-    ((2, 5), {}, [2, 3, 4]),
-    ((5, 0, -2), {}, [5, 3, 1]),
-    ((0, 1, 0.25), {}, [0.0, 0.25, 0.5, 0.75]),
-    ((0.5, 3), {}, [0.5, 1.5, 2.5]),
-    ((0, 4), {"dtype": flow.float64}, [0.0, 1.0, 2.0, 3.0]),
-])
+@pytest.mark.parametrize(
+    "args, kw, want",
+    [
+        ((5,), {}, [0, 1, 2, 3, 4]),
+        ((2, 5), {}, [2, 3, 4]),
+        ((5, 0, -2), {}, [5, 3, 1]),
+        ((0, 1, 0.25), {}, [0.0, 0.25, 0.5, 0.75]),
+        ((0.5, 3), {}, [0.5, 1.5, 2.5]),
+        ((0, 4), {"dtype": flow.float64}, [0.0, 1.0, 2.0, 3.0]),
+    ],
+)
 def test_arange(args, kw, want):
     t = flow.arange(*args, **kw)
     assert t.tolist() == want
@@ -133,6 +148,7 @@ def test_like_factories_follow_their_input():
 
 # -- random sampling ------------------------------------------------------------------------------
 
+
 def test_rand_randn_ranges_and_dtypes():
     flow.manual_seed(0)
     u = flow.rand(1000)
@@ -160,8 +176,12 @@ def test_randint_and_randperm():
 
 def test_manual_seed_makes_sampling_reproducible():
     def draw():
-        return (flow.rand(3).tolist(), flow.randn(2, 2).tolist(), flow.randint(0, 100, (4,)).tolist(),
-                flow.randperm(6).tolist())
+        return (
+            flow.rand(3).tolist(),
+            flow.randn(2, 2).tolist(),
+            flow.randint(0, 100, (4,)).tolist(),
+            flow.randperm(6).tolist(),
+        )
 
     flow.manual_seed(1234)
     a = draw()

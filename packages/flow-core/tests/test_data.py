@@ -89,8 +89,13 @@ class Slow(Squares):
 class WorkerId(Squares):
     def __getitem__(self, i):
         w = get_worker_info()
-        return {"i": i, "pid": os.getpid(), "wid": -1 if w is None else w.id,
-                "rand": float(np.random.random()), "flow_rand": float(flow.rand(1).item())}
+        return {
+            "i": i,
+            "pid": os.getpid(),
+            "wid": -1 if w is None else w.id,
+            "rand": float(np.random.random()),
+            "flow_rand": float(flow.rand(1).item()),
+        }
 
 
 class Stream(IterableDataset):
@@ -204,8 +209,12 @@ def test_distributed_sampler_env_and_validation(monkeypatch):
 
 # -- collation --------------------------------------------------------------------------------------------
 def test_default_collate():
-    b = default_collate([{"t": flow.tensor([1.0, 2.0]), "n": 1, "f": 0.5, "s": "a", "p": Point(1, np.ones(2))},
-                         {"t": flow.tensor([3.0, 4.0]), "n": 2, "f": 1.5, "s": "b", "p": Point(2, np.zeros(2))}])
+    b = default_collate(
+        [
+            {"t": flow.tensor([1.0, 2.0]), "n": 1, "f": 0.5, "s": "a", "p": Point(1, np.ones(2))},
+            {"t": flow.tensor([3.0, 4.0]), "n": 2, "f": 1.5, "s": "b", "p": Point(2, np.zeros(2))},
+        ]
+    )
     assert b["t"].tolist() == [[1.0, 2.0], [3.0, 4.0]] and b["t"].dtype is flow.float32
     assert b["n"].dtype is flow.int64 and b["n"].tolist() == [1, 2]
     assert b["f"].dtype is flow.float64 and b["s"] == ["a", "b"]
@@ -224,12 +233,19 @@ def test_default_collate():
 Sample = namedtuple("Sample", ["image", "label"])
 
 
-@pytest.mark.parametrize("batch,field,shapes", [
-    ([np.zeros((3, 4)), np.zeros((3, 5))], "the samples", "(3, 4) and sample 1 has shape (3, 5)"),
-    ([(np.zeros(2), 1), (np.zeros(2), 2), (np.zeros(3), 3)], "field [0]", "(2,) and sample 2 has shape (3,)"),
-    ([{"x": {"y": flow.ones(2)}}, {"x": {"y": flow.ones(4)}}], "field ['x']['y']", "(2,) and sample 1 has shape (4,)"),
-    ([Sample(np.zeros((1, 2)), 0), Sample(np.zeros((2, 2)), 1)], "field .image", "(1, 2) and sample 1 has shape"),
-])
+@pytest.mark.parametrize(
+    "batch,field,shapes",
+    [
+        ([np.zeros((3, 4)), np.zeros((3, 5))], "the samples", "(3, 4) and sample 1 has shape (3, 5)"),
+        ([(np.zeros(2), 1), (np.zeros(2), 2), (np.zeros(3), 3)], "field [0]", "(2,) and sample 2 has shape (3,)"),
+        (
+            [{"x": {"y": flow.ones(2)}}, {"x": {"y": flow.ones(4)}}],
+            "field ['x']['y']",
+            "(2,) and sample 1 has shape (4,)",
+        ),
+        ([Sample(np.zeros((1, 2)), 0), Sample(np.zeros((2, 2)), 1)], "field .image", "(1, 2) and sample 1 has shape"),
+    ],
+)
 def test_ragged_samples_name_the_field_and_the_shapes(batch, field, shapes):
     with pytest.raises(CollateError) as info:
         default_collate(batch)
@@ -245,13 +261,16 @@ def test_collate_errors_of_keys_lengths_and_types():
         default_collate([{"x": 1, "y": 2}, {"x": 3, "y": 4}, {"x": 3}])
     with pytest.raises(CollateError, match="sample 0 has 2 items and sample 1 has 3"):
         default_collate([[1, 2], [1, 2, 3]])
-    with pytest.raises(CollateTypeError, match=r"field \[1\] of the samples: sample 0 is a number \(int\) but "
-                                               "sample 2 is NoneType"):
+    with pytest.raises(
+        CollateTypeError,
+        match=r"field \[1\] of the samples: sample 0 is a number \(int\) but "
+        "sample 2 is NoneType",
+    ):
         default_collate([(0, 1), (0, 2), (0, None)])
     with pytest.raises(CollateTypeError, match="sample 0 is a tensor but sample 1 is a NumPy array"):
         default_collate([flow.ones(2), np.ones(2)])
     with pytest.raises(CollateTypeError, match="does not fit in int64"):
-        default_collate([1, 2 ** 64])
+        default_collate([1, 2**64])
     with pytest.raises(CollateTypeError, match="dtype flow.float32 and sample 1 has dtype flow.float64"):
         default_collate([flow.ones(2), flow.ones(2, dtype=flow.float64)])
     with pytest.raises(TypeError):  # CollateTypeError is a TypeError
@@ -311,8 +330,13 @@ _SIGNAL_SCRIPT = textwrap.dedent("""
 def _run_signal_script(tmp_path, batches: int, send):
     script = tmp_path / "signals.py"
     script.write_text(_SIGNAL_SCRIPT)
-    proc = subprocess.Popen([sys.executable, str(script), str(batches)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(batches)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         for line in proc.stdout:
             if line.startswith("ready"):
@@ -337,7 +361,7 @@ def test_ctrl_c_to_the_process_group_runs_only_the_main_handler(tmp_path):
 
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32", reason="POSIX signals")
 def test_sigterm_ends_a_worker_without_running_the_main_handler(tmp_path):
-    pids, out, err = _run_signal_script(tmp_path, 10 ** 6, lambda proc, pids: os.kill(pids[1], signal.SIGTERM))
+    pids, out, err = _run_signal_script(tmp_path, 10**6, lambda proc, pids: os.kill(pids[1], signal.SIGTERM))
     assert "handled" not in out, out
     assert "worker error:" in out and f"pid {pids[1]} (exit code -{int(signal.SIGTERM)})" in out, out + err
 
@@ -381,8 +405,10 @@ def test_no_batching_and_batch_sampler():
     assert [d["y"] for d in DataLoader(Squares(4), batch_size=None)] == [0, 1, 4, 9]
     assert isinstance(next(iter(DataLoader(Squares(4), batch_size=None)))["x"], flow.Tensor)
     bs = BatchSampler(SequentialSampler(range(6)), 4, drop_last=False)
-    assert [b["y"].tolist() for b in DataLoader(Squares(6), batch_sampler=bs, num_workers=2)] == [[0, 1, 4, 9],
-                                                                                                 [16, 25]]
+    assert [b["y"].tolist() for b in DataLoader(Squares(6), batch_sampler=bs, num_workers=2)] == [
+        [0, 1, 4, 9],
+        [16, 25],
+    ]
     with pytest.raises(ValueError, match="mutually exclusive"):
         DataLoader(Squares(6), batch_sampler=bs, batch_size=3)
     with pytest.raises(ValueError, match="mutually exclusive"):
@@ -447,8 +473,9 @@ def test_workers_are_shut_down_when_abandoned():
 
 
 def test_persistent_workers_worker_info_and_seeds():
-    loader = DataLoader(WorkerId(12), batch_size=3, num_workers=2, persistent_workers=True,
-                        generator=flow.Generator().manual_seed(7))
+    loader = DataLoader(
+        WorkerId(12), batch_size=3, num_workers=2, persistent_workers=True, generator=flow.Generator().manual_seed(7)
+    )
     e1 = [s for b in loader for s in _rows(b)]
     it = loader._iterator
     e2 = [s for b in loader for s in _rows(b)]

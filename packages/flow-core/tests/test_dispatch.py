@@ -48,8 +48,12 @@ def test_with_autograd_it_adds_only_the_node_record():
     a, b = flow.ones(3, requires_grad=True), flow.ones(3)
     a * b
     calls = _python_calls(lambda: a * b)
-    assert calls == ["flow._methods.elementwise:__mul__", "flow._dispatch:binary", "flow._dispatch:execute",
-                     "flow.autograd.node:record"]
+    assert calls == [
+        "flow._methods.elementwise:__mul__",
+        "flow._dispatch:binary",
+        "flow._dispatch:execute",
+        "flow.autograd.node:record",
+    ]
 
 
 def test_the_hot_path_never_touches_plugins_registries_or_interceptors():
@@ -76,6 +80,7 @@ def test_an_active_interceptor_is_consulted_once_per_op():
 
 
 # -- interceptors ------------------------------------------------------------------------------
+
 
 def test_an_interceptor_sees_op_inputs_and_attrs_and_can_answer():
     log = []
@@ -177,6 +182,7 @@ def test_push_and_pop_errors():
 
 # -- the meta rule check ------------------------------------------------------------------------
 
+
 @pytest.fixture
 def counted_op():
     calls = []
@@ -188,10 +194,16 @@ def counted_op():
         return TensorMeta(tuple(x.shape), x.dtype, x.device)
 
     mod = types.ModuleType("counted")
-    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(
-        schema("tests_scaled_add", ["x", "y"], [Attr("scale", float, 1.0), Attr("tag", object, None)]), meta=meta))
-    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(
-        "tests_scaled_add", "cpu", lambda x, y, scale=1.0, tag=None: x + y * scale))
+    mod.flow_register_ops = hookimpl(
+        lambda registry: registry.register_op(
+            schema("tests_scaled_add", ["x", "y"], [Attr("scale", float, 1.0), Attr("tag", object, None)]), meta=meta
+        )
+    )
+    mod.flow_register_kernels = hookimpl(
+        lambda registry: registry.register_kernel(
+            "tests_scaled_add", "cpu", lambda x, y, scale=1.0, tag=None: x + y * scale
+        )
+    )
     flow.plugins.register(mod, name="tests.counted")
     yield calls
     flow.plugins.unregister("tests.counted")
@@ -203,8 +215,8 @@ def test_the_meta_rule_runs_once_per_input_signature(counted_op):
     for _ in range(3):
         call("tests_scaled_add", a, b, scale=2.0)
     assert counted_op == [((2, 3), (2, 3), 2.0)]
-    call("tests_scaled_add", a, b, scale=3.0)                      # another attribute value
-    call("tests_scaled_add", a.double(), b.double(), scale=3.0)    # another dtype
+    call("tests_scaled_add", a, b, scale=3.0)  # another attribute value
+    call("tests_scaled_add", a.double(), b.double(), scale=3.0)  # another dtype
     call("tests_scaled_add", flow.ones(4), flow.ones(4), scale=3.0)  # another shape
     assert len(counted_op) == 4
     call("tests_scaled_add", a, b, scale=3)  # an int where a float was: a separate signature
@@ -254,6 +266,7 @@ def test_call_accepts_names_handles_and_opdefs():
 
 # -- a second device type: the shape-only meta device ----------------------------------------------
 
+
 def test_tensors_move_to_the_meta_device_and_keep_only_shapes(meta_device):
     x = flow.randn(2, 3).to("meta")
     assert x.device is meta_device and x.device.type == "meta"
@@ -300,8 +313,8 @@ def test_autograd_on_the_meta_device_gives_meta_gradients(meta_device):
     # accumulation on meta
     (a * 2).sum().backward()
     assert a.grad.shape == (4, 3) and a.grad.device is meta_device
-    g, = flow.autograd.grad((a * a).sum(), a, create_graph=True)
-    gg, = flow.autograd.grad(g.sum(), a)
+    (g,) = flow.autograd.grad((a * a).sum(), a, create_graph=True)
+    (gg,) = flow.autograd.grad(g.sum(), a)
     assert gg.shape == (4, 3) and gg.device is meta_device
 
 
@@ -331,6 +344,7 @@ def test_opcheck_runs_on_the_meta_device(meta_device):
 
 # -- the overhead benchmark -------------------------------------------------------------------------
 
+
 def test_the_overhead_benchmark_runs(tmp_path):
     pytest.importorskip("torch")
     import json
@@ -341,8 +355,9 @@ def test_the_overhead_benchmark_runs(tmp_path):
     if not os.path.exists(script):
         pytest.skip("benchmarks/ is not next to this checkout")
     out = tmp_path / "overhead.json"
-    proc = subprocess.run([sys.executable, script, "--quick", "--json", str(out)], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, script, "--quick", "--json", str(out)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert [r["case"] for r in report["results"]] == ["add", "add (autograd)", "matmul 16x16", "10 adds + backward"]

@@ -25,11 +25,23 @@ def _t(name: str, shape):
 # -- hard-coded expectations (run without torch) --------------------------------------------------
 
 PROMOTE = {
-    ("bool", "bool"): "bool", ("bool", "uint8"): "uint8", ("bool", "int32"): "int32", ("bool", "float16"): "float16",
-    ("uint8", "int8"): "int16", ("uint8", "int16"): "int16", ("uint8", "int64"): "int64", ("int8", "int16"): "int16",
-    ("int32", "int64"): "int64", ("int64", "float16"): "float16", ("int64", "bfloat16"): "bfloat16",
-    ("float16", "bfloat16"): "float32", ("float16", "float32"): "float32", ("bfloat16", "float64"): "float64",
-    ("int8", "uint8"): "int16", ("uint8", "float16"): "float16", ("int16", "float32"): "float32",
+    ("bool", "bool"): "bool",
+    ("bool", "uint8"): "uint8",
+    ("bool", "int32"): "int32",
+    ("bool", "float16"): "float16",
+    ("uint8", "int8"): "int16",
+    ("uint8", "int16"): "int16",
+    ("uint8", "int64"): "int64",
+    ("int8", "int16"): "int16",
+    ("int32", "int64"): "int64",
+    ("int64", "float16"): "float16",
+    ("int64", "bfloat16"): "bfloat16",
+    ("float16", "bfloat16"): "float32",
+    ("float16", "float32"): "float32",
+    ("bfloat16", "float64"): "float64",
+    ("int8", "uint8"): "int16",
+    ("uint8", "float16"): "float16",
+    ("int16", "float32"): "float32",
 }
 
 
@@ -49,14 +61,14 @@ def test_promotion_is_symmetric_and_idempotent():
 
 RESULT = [
     # (a, a is 0-d, b or scalar, b is 0-d, expected)
-    ("int32", False, "int64", True, "int32"),      # a 0-d tensor of the same category does not widen
+    ("int32", False, "int64", True, "int32"),  # a 0-d tensor of the same category does not widen
     ("int32", False, "float64", True, "float64"),  # ... one of a higher category decides the dtype
     ("float16", False, "float64", True, "float16"),
     ("uint8", False, "int8", True, "uint8"),
     ("bool", False, "int64", True, "int64"),
-    ("int64", True, "int8", True, "int64"),        # all 0-d: ordinary promotion
+    ("int64", True, "int8", True, "int64"),  # all 0-d: ordinary promotion
     ("float16", True, "bfloat16", True, "float32"),
-    ("uint8", False, 5, None, "uint8"),            # Python scalars only change the category
+    ("uint8", False, 5, None, "uint8"),  # Python scalars only change the category
     ("uint8", False, 2.5, None, "float32"),
     ("int32", False, True, None, "int32"),
     ("bool", False, 3, None, "int64"),
@@ -121,6 +133,7 @@ def test_scalar_overflow_wraps_integers_and_gives_inf_for_floats_as_in_pytorch()
 
 # -- against PyTorch -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def torch():
     return pytest.importorskip("torch")
@@ -132,8 +145,9 @@ def _tname(d) -> str:
 
 def test_promote_types_matches_torch_for_all_pairs(torch):
     for a, b in itertools.product(NAMES, NAMES):
-        assert flow.promote_types(DT[a], DT[b]).name == _tname(torch.promote_types(getattr(torch, a),
-                                                                                 getattr(torch, b))), (a, b)
+        assert flow.promote_types(DT[a], DT[b]).name == _tname(
+            torch.promote_types(getattr(torch, a), getattr(torch, b))
+        ), (a, b)
 
 
 SHAPES = [((3,), (3,)), ((3,), ()), ((), (3,)), ((), ())]
@@ -178,6 +192,7 @@ def test_true_division_matches_torch(torch):
 
 # -- the dtype objects ------------------------------------------------------------------------------
 
+
 def test_dtypes_are_interned_and_named_like_pytorch():
     assert flow.float is flow.float32 and flow.double is flow.float64 and flow.half is flow.float16
     assert flow.long is flow.int64 and flow.int is flow.int32 and flow.short is flow.int16
@@ -187,11 +202,22 @@ def test_dtypes_are_interned_and_named_like_pytorch():
     assert pickle.loads(pickle.dumps(flow.bfloat16)) is flow.bfloat16
 
 
-@pytest.mark.parametrize("spec, want", [
-    ("float32", "float32"), ("flow.int64", "int64"), ("torch.float16", "float16"), ("double", "float64"),
-    (np.float32, "float32"), (np.dtype("int16"), "int16"), (float, "float32"), (int, "int64"), (bool, "bool"),
-    ("long", "int64"), ("half", "float16"),
-])
+@pytest.mark.parametrize(
+    "spec, want",
+    [
+        ("float32", "float32"),
+        ("flow.int64", "int64"),
+        ("torch.float16", "float16"),
+        ("double", "float64"),
+        (np.float32, "float32"),
+        (np.dtype("int16"), "int16"),
+        (float, "float32"),
+        (int, "int64"),
+        (bool, "bool"),
+        ("long", "int64"),
+        ("half", "float16"),
+    ],
+)
 def test_as_dtype(spec, want):
     assert D.as_dtype(spec) is DT[want]
 
@@ -223,15 +249,16 @@ def test_devices_are_interned_and_compare_with_strings():
 
 # -- dtype semantics of elementwise ops -------------------------------------------------------------
 
+
 def test_integer_powers_follow_pytorch():
     a = flow.tensor([-3, -2, -1, 0, 1, 2, 3])
     assert (a ** flow.full((7,), -1)).tolist() == [0, 0, -1, 0, 1, 0, 0]
     assert (a ** flow.full((7,), -2)).tolist() == [0, 0, 1, 0, 1, 0, 0]
     assert (2 ** flow.tensor([-1, 0, 3])).tolist() == [0, 1, 8]
-    assert (a ** 2).dtype is flow.int64 and (flow.tensor([2, 3], dtype=flow.uint8) ** 2).tolist() == [4, 9]
+    assert (a**2).dtype is flow.int64 and (flow.tensor([2, 3], dtype=flow.uint8) ** 2).tolist() == [4, 9]
     assert (flow.tensor([True, False]) ** True).dtype is flow.bool
     with pytest.raises(flow.errors.OpError, match="Integers to negative integer powers are not allowed"):
-        a ** -1
+        a**-1
 
 
 def test_bool_inputs_of_unary_ops():
@@ -241,6 +268,6 @@ def test_bool_inputs_of_unary_ops():
     for fn in (flow.abs, flow.neg, flow.relu, flow.floor, flow.ceil, flow.trunc, flow.round):
         with pytest.raises(flow.errors.OpTypeError, match=r"'input' must be .*\(not bool\), got flow.bool"):
             fn(b)
-    for fn in (lambda x: x // x, lambda x: x % x, lambda x: flow.fmod(x, x), lambda x: x ** x):
+    for fn in (lambda x: x // x, lambda x: x % x, lambda x: flow.fmod(x, x), lambda x: x**x):
         with pytest.raises(flow.errors.OpTypeError, match=r"must be .*\(not bool\), got flow.bool"):
             fn(b)

@@ -18,10 +18,17 @@ def test_error_hierarchy():
     assert e.op == "add" and str(e) == "add: bad"
 
 
-@pytest.mark.parametrize("fn, op", [
-    (lambda a, b: a + b, "add"), (lambda a, b: a - b, "sub"), (lambda a, b: a * b, "mul"),
-    (lambda a, b: a / b, "div"), (lambda a, b: flow.maximum(a, b), "maximum"), (lambda a, b: a == b, "eq"),
-])
+@pytest.mark.parametrize(
+    "fn, op",
+    [
+        (lambda a, b: a + b, "add"),
+        (lambda a, b: a - b, "sub"),
+        (lambda a, b: a * b, "mul"),
+        (lambda a, b: a / b, "div"),
+        (lambda a, b: flow.maximum(a, b), "maximum"),
+        (lambda a, b: a == b, "eq"),
+    ],
+)
 def test_shape_mismatch_names_the_op_and_both_shapes(fn, op):
     with pytest.raises(OpError) as ei:
         fn(flow.ones(2, 3), flow.ones(4))
@@ -74,14 +81,17 @@ def test_unknown_device():
             flow.ones(2).to("cuda")
 
 
-@pytest.mark.parametrize("call, op", [
-    (lambda x: x.sum(dim=3), "sum"),
-    (lambda x: x.mean(dim=-4), "mean"),
-    (lambda x: x.transpose(0, 5), "transpose"),
-    (lambda x: x.size(7), "size"),
-    (lambda x: x.unsqueeze(4), "unsqueeze"),
-    (lambda x: x.flatten(0, 3), "flatten"),
-])
+@pytest.mark.parametrize(
+    "call, op",
+    [
+        (lambda x: x.sum(dim=3), "sum"),
+        (lambda x: x.mean(dim=-4), "mean"),
+        (lambda x: x.transpose(0, 5), "transpose"),
+        (lambda x: x.size(7), "size"),
+        (lambda x: x.unsqueeze(4), "unsqueeze"),
+        (lambda x: x.flatten(0, 3), "flatten"),
+    ],
+)
 def test_out_of_range_dims_name_the_op_and_the_valid_range(call, op):
     x = flow.ones(2, 3, 4)
     with pytest.raises(OpIndexError) as ei:

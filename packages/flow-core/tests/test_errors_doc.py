@@ -21,8 +21,12 @@ def exception_classes(package) -> set[str]:
             continue
         module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
-            if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
-                    and not name.startswith("_")):
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == module.__name__
+                and not name.startswith("_")
+            ):
                 names.add(name)
     return names
 

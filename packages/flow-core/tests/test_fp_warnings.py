@@ -58,12 +58,12 @@ def test_no_runtime_warning_from_any_op(op_name):
                 out = flow.ops.call(op_name, *args, **s.kwargs)
             except FlowError:
                 continue  # rejecting a value (a negative size, an index) is fine; warning is not
-            outs = [o for o in (out if isinstance(out, tuple) else (out,))
-                    if isinstance(o, flow.Tensor) and o.requires_grad]
+            outs = [
+                o for o in (out if isinstance(out, tuple) else (out,)) if isinstance(o, flow.Tensor) and o.requires_grad
+            ]
             if outs and leaves:
                 try:
-                    flow.autograd.grad(outs, leaves, grad_outputs=[flow.ones_like(o) for o in outs],
-                                       allow_unused=True)
+                    flow.autograd.grad(outs, leaves, grad_outputs=[flow.ones_like(o) for o in outs], allow_unused=True)
                 except FlowError:
                     pass
 
@@ -73,9 +73,11 @@ def test_default_warning_settings_show_nothing():
     import subprocess
     import sys
 
-    code = ("import warnings, flow; x = flow.tensor([0.0, 1.0, -1.0]); "
-            "y = flow.log(x) + flow.exp(x * 1000.0) + x / x + flow.sqrt(x); "
-            "import numpy as np; np.log(np.zeros(1))")  # the user's own NumPy call still warns
+    code = (
+        "import warnings, flow; x = flow.tensor([0.0, 1.0, -1.0]); "
+        "y = flow.log(x) + flow.exp(x * 1000.0) + x / x + flow.sqrt(x); "
+        "import numpy as np; np.log(np.zeros(1))"
+    )  # the user's own NumPy call still warns
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("RuntimeWarning") == 1 and "<string>" in r.stderr, r.stderr
@@ -92,10 +94,14 @@ def test_a_plugin_kernel_module_is_quieted_too():
     kmod = types.ModuleType("tests_quiet_kernels")
     exec(compile(src, "tests_quiet_kernels.py", "exec"), kmod.__dict__)
     kmod.kernel.__module__ = "tests_quiet_kernels"
-    mod.flow_register_ops = flow.plugins.hookimpl(lambda registry: registry.register_op(
-        schema("tests_quiet_log", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)))
-    mod.flow_register_kernels = flow.plugins.hookimpl(lambda registry: registry.register_kernel(
-        "tests_quiet_log", "cpu", kmod.kernel))
+    mod.flow_register_ops = flow.plugins.hookimpl(
+        lambda registry: registry.register_op(
+            schema("tests_quiet_log", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)
+        )
+    )
+    mod.flow_register_kernels = flow.plugins.hookimpl(
+        lambda registry: registry.register_kernel("tests_quiet_log", "cpu", kmod.kernel)
+    )
     flow.plugins.register(mod, name="tests.quiet")
     try:
         with warnings.catch_warnings(record=True) as seen:

@@ -22,8 +22,10 @@ def _model():
 
 def _batches(n, seed=0, bs=8):
     rng = np.random.default_rng(seed)
-    return [(flow.tensor(rng.standard_normal((bs, 5)).astype(np.float32)), flow.tensor(rng.integers(0, 3, bs)))
-            for _ in range(n)]
+    return [
+        (flow.tensor(rng.standard_normal((bs, 5)).astype(np.float32)), flow.tensor(rng.integers(0, 3, bs)))
+        for _ in range(n)
+    ]
 
 
 class Train(nn.Graph):
@@ -66,6 +68,7 @@ def _same_params(m1, m2, rtol=1e-6):
 
 
 # -- nn.Graph ----------------------------------------------------------------------------------------
+
 
 def test_modules_become_blocks_that_forward_to_the_module():
     m = _model()
@@ -170,8 +173,9 @@ def test_amp_pass_registered_by_a_plugin_gets_the_options():
         return ir
 
     mod = types.ModuleType("fake_amp")
-    mod.flow_register_passes = hookimpl(lambda registry: registry.register_pass("amp", amp_pass,
-                                                                                before="constant_folding"))
+    mod.flow_register_passes = hookimpl(
+        lambda registry: registry.register_pass("amp", amp_pass, before="constant_folding")
+    )
     flow.plugins.register(mod, name="tests.fake_amp")
     try:
         g = Eval(_model())
@@ -213,6 +217,7 @@ def test_outputs_can_be_nested_and_non_tensor():
 
 
 # -- sharing state with eager mode -------------------------------------------------------------------------
+
 
 def test_train_in_graph_evaluate_eagerly_save_and_resume(tmp_path):
     batches = _batches(8, seed=1)
@@ -288,8 +293,11 @@ def test_parameters_without_gradients_are_not_updated():
 
 
 def test_other_optimizers_use_their_own_update_through_the_generic_op():
-    for cls, kw in ((flow.optim.RMSprop, dict(lr=0.01, momentum=0.5)), (flow.optim.Adagrad, dict(lr=0.1)),
-                    (flow.optim.LAMB, dict(lr=0.01)) if hasattr(flow.optim, "LAMB") else (flow.optim.SGD, {})):
+    for cls, kw in (
+        (flow.optim.RMSprop, dict(lr=0.01, momentum=0.5)),
+        (flow.optim.Adagrad, dict(lr=0.1)),
+        (flow.optim.LAMB, dict(lr=0.01)) if hasattr(flow.optim, "LAMB") else (flow.optim.SGD, {}),
+    ):
         batches = _batches(3, seed=2)
         m1, m2 = _model(), _model()
         o1, o2 = cls(m1.parameters(), **kw), cls(m2.parameters(), **kw)
@@ -300,6 +308,7 @@ def test_other_optimizers_use_their_own_update_through_the_generic_op():
 
 
 # -- flow.compile ---------------------------------------------------------------------------------------------
+
 
 def test_compile_inference_function_finds_the_model_in_its_closure():
     m = _model()
@@ -364,8 +373,10 @@ def test_compiled_training_step_with_clipping_batchnorm_and_nesterov():
         return loss
 
     rng = np.random.default_rng(0)
-    batches = [(flow.tensor(rng.standard_normal((6, 4)).astype(np.float32)), flow.tensor(rng.integers(0, 2, 6)))
-               for _ in range(4)]
+    batches = [
+        (flow.tensor(rng.standard_normal((6, 4)).astype(np.float32)), flow.tensor(rng.integers(0, 2, 6)))
+        for _ in range(4)
+    ]
     m1, o1 = setup()
     eager = [step(m1, o1, *b).item() for b in batches]
     m2, o2 = setup()

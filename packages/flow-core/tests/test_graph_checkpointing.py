@@ -19,8 +19,12 @@ def _cache(tmp_path_factory, monkeypatch):
 class Net(nn.Module):
     def __init__(self, d=64, h=256, layers=4, p=0.0):
         super().__init__()
-        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Dropout(p), nn.Linear(h, d),
-                                                   nn.Tanh()) for _ in range(layers)])
+        self.blocks = nn.ModuleList(
+            [
+                nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Dropout(p), nn.Linear(h, d), nn.Tanh())
+                for _ in range(layers)
+            ]
+        )
         self.head = nn.Linear(d, 10)
 
     def forward(self, x):
@@ -131,6 +135,7 @@ def test_gpt_blocks_checkpointed_match_eager():
 
 def test_all_passes_with_gradient_accumulation():
     """Fusion, checkpointing and memory planning on a step the runtime splits into micro-batches."""
+
     def run(passes):
         flow.manual_seed(0)
         m = Net(d=32, h=64, layers=2)
@@ -155,8 +160,12 @@ def test_all_passes_with_gradient_accumulation():
         if passes:
             g.m.blocks.activation_checkpointing = True
         rng = np.random.default_rng(3)
-        losses = [g(flow.tensor(rng.standard_normal((64, 32)).astype(np.float32)),
-                    flow.tensor(rng.integers(0, 10, 64))).item() for _ in range(3)]
+        losses = [
+            g(
+                flow.tensor(rng.standard_normal((64, 32)).astype(np.float32)), flow.tensor(rng.integers(0, 10, 64))
+            ).item()
+            for _ in range(3)
+        ]
         return losses, [p.detach().numpy().copy() for p in m.parameters()], g
 
     l0, p0, _ = run(False)

@@ -21,8 +21,7 @@ N_STEPS = 5
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                                 nn.Linear(1024, 10))
+        self.net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
     def forward(self, x):
         return self.net(x)
@@ -158,8 +157,9 @@ def _assert_same_state(m1, m2, o1, o2):
     assert s1.keys() == s2.keys()
     for i in s1:
         for name in s1[i]:
-            np.testing.assert_allclose(s2[i][name].numpy(), s1[i][name].numpy(), rtol=1e-5, atol=1e-7,
-                                       err_msg=f"optimizer state {i}.{name}")
+            np.testing.assert_allclose(
+                s2[i][name].numpy(), s1[i][name].numpy(), rtol=1e-5, atol=1e-7, err_msg=f"optimizer state {i}.{name}"
+            )
 
 
 @pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt", "dlrm"])
@@ -218,8 +218,10 @@ def test_gradient_accumulation_equals_the_full_batch_step():
         return m, flow.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
 
     rng = np.random.default_rng(4)
-    batches = [(flow.tensor(rng.standard_normal((16, 20)).astype(np.float32)), flow.tensor(rng.integers(0, 5, 16)))
-               for _ in range(3)]
+    batches = [
+        (flow.tensor(rng.standard_normal((16, 20)).astype(np.float32)), flow.tensor(rng.integers(0, 5, 16)))
+        for _ in range(3)
+    ]
     m1, o1 = setup()
     eager_losses = []
     for x, y in batches:

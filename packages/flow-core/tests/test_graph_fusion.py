@@ -59,9 +59,9 @@ EXPRESSIONS = {
     "silu": lambda x, y: F.silu(x) - y,
     "where": lambda x, y: flow.where(x > 0, x, y * 0.1) + 1,
     "max_min": lambda x, y: flow.maximum(x, y) - flow.minimum(x, y * 2),
-    "pow2": lambda x, y: x ** 2 + y ** 2,
+    "pow2": lambda x, y: x**2 + y**2,
     "pow_half": lambda x, y: (x.abs() + 1) ** 0.5 - y,
-    "pow3": lambda x, y: x ** 3 - y,
+    "pow3": lambda x, y: x**3 - y,
     "pow_tensor": lambda x, y: (x.abs() + 0.5) ** y.tanh(),
     "mask_cast": lambda x, y: (x > 0).float() * y,
     "clamp": lambda x, y: (x * 3).clamp(-1, 1) + y,
@@ -205,8 +205,13 @@ def test_pass_order():
     from flow.registry import REGISTRY
 
     names = [e.name for e in REGISTRY.passes.ordered()]
-    assert names.index("cse") < names.index("dce") < names.index("activation_checkpointing") < \
-        names.index("fusion") < names.index("memory_planning")
+    assert (
+        names.index("cse")
+        < names.index("dce")
+        < names.index("activation_checkpointing")
+        < names.index("fusion")
+        < names.index("memory_planning")
+    )
     assert names.index("simplify") < names.index("fusion")
 
 
@@ -225,10 +230,14 @@ class _CNN(nn.Module):
 @pytest.mark.parametrize("model", ["cnn", "mlp"])
 def test_training_with_fused_forward_and_backward_matches_unfused(model):
     """Fusion runs on forward + backward together: BatchNorm's broadcasting chains, ReLU masks."""
+
     def setup():
         flow.manual_seed(0)
-        m = _CNN() if model == "cnn" else nn.Sequential(nn.Linear(20, 64), nn.Tanh(), nn.Linear(64, 64), nn.GELU(),
-                                                       nn.Linear(64, 10))
+        m = (
+            _CNN()
+            if model == "cnn"
+            else nn.Sequential(nn.Linear(20, 64), nn.Tanh(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 10))
+        )
         return m, flow.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
     def graph(fuse):
@@ -252,8 +261,10 @@ def test_training_with_fused_forward_and_backward_matches_unfused(model):
 
     rng = np.random.default_rng(9)
     shape = (4, 3, 8, 8) if model == "cnn" else (16, 20)
-    batches = [(flow.tensor(rng.standard_normal(shape).astype(np.float32)), flow.tensor(rng.integers(0, 10, shape[0])))
-               for _ in range(3)]
+    batches = [
+        (flow.tensor(rng.standard_normal(shape).astype(np.float32)), flow.tensor(rng.integers(0, 10, shape[0])))
+        for _ in range(3)
+    ]
     (g1, m1), (g2, m2) = graph(True), graph(False)
     l1 = [g1(*b).item() for b in batches]
     l2 = [g2(*b).item() for b in batches]

@@ -52,13 +52,17 @@ class _registered:
 
 # -- verify() checks metas -----------------------------------------------------------------------
 
+
 def test_verify_catches_a_wrong_dtype_and_a_wrong_shape_naming_the_node():
     ir = _ir(lambda x, y: flow.exp(x * y).sum(1), _x(4, 5), _x(4, 5, seed=1))
     ir.verify()
     mul = next(n for n in ir.nodes if n.name == "mul")
     mul.outputs[0].dtype = flow.float64
-    with pytest.raises(FlowError, match=rf"node {mul.id} \(mul\) at .*: output 0 \(%{mul.outputs[0].id}\) is recorded "
-                                        r"as f64\[4,5\], its meta rule gives f32\[4,5\].*ir.infer_metas\(\)"):
+    with pytest.raises(
+        FlowError,
+        match=rf"node {mul.id} \(mul\) at .*: output 0 \(%{mul.outputs[0].id}\) is recorded "
+        r"as f64\[4,5\], its meta rule gives f32\[4,5\].*ir.infer_metas\(\)",
+    ):
         ir.verify()
     mul.outputs[0].dtype = flow.float32
     ir.verify()
@@ -72,8 +76,11 @@ def test_verify_catches_a_wrong_dtype_and_a_wrong_shape_naming_the_node():
 def test_verify_reports_a_meta_rule_that_rejects_the_rewritten_inputs():
     ir = _ir(lambda x, y: flow.matmul(x, y), _x(2, 3), _x(3, 4))
     ir.inputs[1].shape = (5, 4)
-    with pytest.raises(FlowError, match=r"node \d+ \(matmul\).*its meta rule rejects its inputs \(f32\[2,3\], "
-                                        r"f32\[5,4\]\)"):
+    with pytest.raises(
+        FlowError,
+        match=r"node \d+ \(matmul\).*its meta rule rejects its inputs \(f32\[2,3\], "
+        r"f32\[5,4\]\)",
+    ):
         ir.verify()
 
 
@@ -91,6 +98,7 @@ def test_a_pass_that_breaks_metas_is_named_by_the_pipeline():
 
 
 # -- infer_metas() after a rewrite ----------------------------------------------------------------
+
 
 def _to_float64(ir, config):
     """A dtype pass as flow-amp's would be: cast every float32 graph input to float64, re-infer."""
@@ -141,6 +149,7 @@ def test_a_dtype_pass_in_the_pipeline_compiles_and_runs_in_the_new_dtype():
 
 
 # -- Value.attrs through the pipeline --------------------------------------------------------------
+
 
 def _tag_all(ir, config):
     for v in ir.inputs:

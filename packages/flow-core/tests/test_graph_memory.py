@@ -33,11 +33,13 @@ def _config(plan=True, fusion=False):
 
 # -- liveness ----------------------------------------------------------------------------------------
 def test_liveness_of_a_small_sequence():
-    steps = [([0], [1], {}),        # 1 = f(0)
-             ([1], [2], {2: 1}),    # 2 = view of 1
-             ([0], [3], {}),        # 3 = g(0)
-             ([2, 3], [4], {}),     # 4 = h(2, 3): reads the view, so 1 lives until here
-             ([4], [5], {})]
+    steps = [
+        ([0], [1], {}),  # 1 = f(0)
+        ([1], [2], {2: 1}),  # 2 = view of 1
+        ([0], [3], {}),  # 3 = g(0)
+        ([2, 3], [4], {}),  # 4 = h(2, 3): reads the view, so 1 lives until here
+        ([4], [5], {}),
+    ]
     base, defined, last = liveness(steps, roots=[5])
     assert base[2] == 1 and base[4] == 4
     assert defined == {1: 0, 3: 2, 4: 3, 5: 4}
@@ -66,8 +68,9 @@ def test_views_extend_the_lifetime_of_their_base_in_a_traced_graph():
 
 
 # -- the allocator -----------------------------------------------------------------------------------
-intervals = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12), st.integers(1, 5000)), min_size=0,
-                     max_size=40).map(lambda xs: [(s, s + d, n) for s, d, n in xs])
+intervals = st.lists(
+    st.tuples(st.integers(0, 30), st.integers(0, 12), st.integers(1, 5000)), min_size=0, max_size=40
+).map(lambda xs: [(s, s + d, n) for s, d, n in xs])
 
 
 @settings(max_examples=300, deadline=None)
@@ -175,8 +178,8 @@ def test_outputs_never_live_in_the_arena():
 def test_inplace_reuse_and_arena_with_the_dataflow_executor():
     def fn(x, w):
         a = (x @ w).exp()
-        b = a * 2            # last reader of nothing: a is read again below
-        c = (a + b).tanh()   # may write into a or b
+        b = a * 2  # last reader of nothing: a is read again below
+        c = (a + b).tanh()  # may write into a or b
         return (c * 3 - 1).sum()
 
     rng = np.random.default_rng(3)
@@ -207,6 +210,7 @@ def test_switching_planning_off_by_name():
 def test_inplace_into_a_strided_buffer():
     """A ufunc on a transposed input makes an F-ordered result; a fused node writing in place of it
     computes and copies (the native loop writes C order)."""
+
     def fn(x):
         a = flow.atan2(x.t(), x.t() + 1)  # a ufunc the fusion pass leaves alone
         return ((a * 2 + 1).tanh() - a) * 3

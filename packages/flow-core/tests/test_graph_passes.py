@@ -25,8 +25,11 @@ def _ir(fn, *args):
 
 def _execute(ir, *args):
     exe = Executor(lower(ir))
-    outs, _ = exe.run([a._data for a in args], [ir.state_specs[v.id].get() for v in ir.states],
-                      [ir.host_specs[v.id].feed() for v in ir.hosts])
+    outs, _ = exe.run(
+        [a._data for a in args],
+        [ir.state_specs[v.id].get() for v in ir.states],
+        [ir.host_specs[v.id].feed() for v in ir.hosts],
+    )
     return [np.asarray(o) for o in outs]
 
 
@@ -49,6 +52,7 @@ def _check(fn, pass_fn, *args):
 
 
 # -- dead-code elimination ---------------------------------------------------------------------------
+
 
 def test_dce_removes_unused_nodes_and_inputs():
     def f(x, w):
@@ -80,6 +84,7 @@ def test_dce_keeps_random_draws_and_state_updates():
 
 # -- common-subexpression elimination ----------------------------------------------------------------------
 
+
 def test_cse_merges_identical_computations():
     def f(x, y):
         a = (x * y).sum(0)
@@ -109,6 +114,7 @@ def test_cse_merges_equal_small_constants_but_not_random_draws():
 
 # -- constant folding ------------------------------------------------------------------------------------
 
+
 def test_constant_folding_evaluates_constant_subgraphs():
     def f(x):
         c = (flow.arange(4).float() * 2 + 1).exp().reshape(2, 2)  # no graph input: folded
@@ -133,6 +139,7 @@ def test_constant_folding_leaves_big_broadcasts_and_random_ops():
 
 
 # -- algebraic simplification ------------------------------------------------------------------------------
+
 
 def test_simplify_removes_neutral_elements():
     def f(x):
@@ -181,6 +188,7 @@ def test_simplify_reshapes_permutes_and_casts():
 
 
 # -- the pipeline ---------------------------------------------------------------------------------------------
+
 
 def test_builtin_passes_are_registered_in_order():
     names = [e.name for e in REGISTRY.passes.ordered()]

@@ -36,6 +36,7 @@ class Infer(nn.Graph):
 
 # -- plan cache -------------------------------------------------------------------------------------
 
+
 def test_new_input_shape_retraces_and_switching_back_reuses_the_plan():
     m = _mlp()
     g = Infer(m)
@@ -70,6 +71,7 @@ def test_dtype_change_and_train_eval_switch_respecialise():
 
 
 # -- errors -----------------------------------------------------------------------------------------
+
 
 class EmbedGraph(nn.Graph):
     def __init__(self, emb):
@@ -166,6 +168,7 @@ def test_value_dependent_shapes_cannot_be_compiled():
 
 # -- autotuning -------------------------------------------------------------------------------------
 
+
 def _slow(x, factor=1.0):
     time.sleep(0.01)
     return x * x.dtype.type(factor)
@@ -219,6 +222,7 @@ def test_autotune_can_be_switched_off(toy_op_plugin):
 
 
 # -- the dataflow scheduler ----------------------------------------------------------------------------
+
 
 def test_scheduler_fires_in_dependency_order_with_back_pressure():
     produced, consumed = [], []
@@ -293,6 +297,7 @@ def test_graph_called_with_an_iterator_prefetches_the_next_batch():
 
 # -- debug output ----------------------------------------------------------------------------------------
 
+
 def test_debug_prints_the_passes_with_op_counts(capsys):
     g = Infer(_mlp())
     g.debug(2)
@@ -362,8 +367,9 @@ def test_optimizer_update_ops_in_place_match_the_functional_form():
         return [flow.tensor(r.standard_normal(s).astype(np.float32)) for s in shapes]
 
     lr, step = flow.tensor(0.1, dtype=flow.float64), flow.tensor(3)
-    want = flow.ops.call("adam_update", arrays(1), arrays(2), arrays(3), [t.abs() for t in arrays(4)], [], lr, step,
-                         weight_decay=0.1)
+    want = flow.ops.call(
+        "adam_update", arrays(1), arrays(2), arrays(3), [t.abs() for t in arrays(4)], [], lr, step, weight_decay=0.1
+    )
     ps, ms, vs = arrays(1), arrays(3), [t.abs() for t in arrays(4)]
     got = flow.ops.call("adam_update", ps, arrays(2), ms, vs, [], lr, step, weight_decay=0.1, inplace=True)
     for w, g in zip(want, got):

@@ -77,30 +77,67 @@ def test_opcheck(name):
 # __getitem__
 _R = np.random.default_rng(0)
 KEYS = [
-    1, -1, (0, 2), (slice(None), 1), (slice(1, None, 2),), (slice(None, None, 3), slice(-3, None)),
-    (None, 1), (Ellipsis, None, 2), (1, Ellipsis), (Ellipsis,), (), (slice(10, 20),), (slice(-10, 2),),
-    np.array(2), (np.array(-1), 1),
-    ([0, 2, 2],), ([[0, 1], [3, 3]],), (slice(None), [1, -1]), ([0, 1], [2, 0]), ([0, 1], slice(None), [1, 2]),
-    (0, slice(None), [1, 2]), ([0, 1], slice(None), 1), (None, [0, 1], Ellipsis, [1, 2]),
-    ([0, 1], None, [1, 2]), (np.array([3, 0, 3]),), (Ellipsis, np.array([[4, 0]])),
-    (np.array([True, False, True, True]),), (slice(None), np.array([True, False, True])),
-    (_R.random((4, 3)) > 0.5,), (_R.random((4, 3, 5)) > 0.5,), (1, np.array([False, True, True]), 0),
-    ([True, False, False, True],), ([],), (np.array([], dtype=np.int64), 1),
-    (slice(1, 3), [0, 2], slice(None, None, 2)), (True,), (False,), (None, None), (np.array(True), 1),
+    1,
+    -1,
+    (0, 2),
+    (slice(None), 1),
+    (slice(1, None, 2),),
+    (slice(None, None, 3), slice(-3, None)),
+    (None, 1),
+    (Ellipsis, None, 2),
+    (1, Ellipsis),
+    (Ellipsis,),
+    (),
+    (slice(10, 20),),
+    (slice(-10, 2),),
+    np.array(2),
+    (np.array(-1), 1),
+    ([0, 2, 2],),
+    ([[0, 1], [3, 3]],),
+    (slice(None), [1, -1]),
+    ([0, 1], [2, 0]),
+    ([0, 1], slice(None), [1, 2]),
+    (0, slice(None), [1, 2]),
+    ([0, 1], slice(None), 1),
+    (None, [0, 1], Ellipsis, [1, 2]),
+    ([0, 1], None, [1, 2]),
+    (np.array([3, 0, 3]),),
+    (Ellipsis, np.array([[4, 0]])),
+    (np.array([True, False, True, True]),),
+    (slice(None), np.array([True, False, True])),
+    (_R.random((4, 3)) > 0.5,),
+    (_R.random((4, 3, 5)) > 0.5,),
+    (1, np.array([False, True, True]), 0),
+    ([True, False, False, True],),
+    ([],),
+    (np.array([], dtype=np.int64), 1),
+    (slice(1, 3), [0, 2], slice(None, None, 2)),
+    (True,),
+    (False,),
+    (None, None),
+    (np.array(True), 1),
 ]
 
 
 @pytest.mark.parametrize("key", KEYS, ids=[f"key{i}" for i in range(len(KEYS))])
 def test_getitem_vs_torch(torch, key):
-    check_vs_torch(torch, lambda x: x[convert_key(key, flow)], lambda x: x[convert_key(key, torch)],
-                   rand((4, 3, 5), seed=3))
+    check_vs_torch(
+        torch, lambda x: x[convert_key(key, flow)], lambda x: x[convert_key(key, torch)], rand((4, 3, 5), seed=3)
+    )
 
 
 def test_getitem_vs_numpy_and_views():
     a = rand((4, 3, 5))
     x = T(a)
-    for key in [(1,), (slice(1, 3), 2), (Ellipsis, None), (slice(None, None, 2), slice(None), -1),
-                ([0, 3, 1],), (slice(None), [2, 0]), (a > 0,)]:
+    for key in [
+        (1,),
+        (slice(1, 3), 2),
+        (Ellipsis, None),
+        (slice(None, None, 2), slice(None), -1),
+        ([0, 3, 1],),
+        (slice(None), [2, 0]),
+        (a > 0,),
+    ]:
         fk = tuple(T(k) if isinstance(k, np.ndarray) else k for k in key)
         np.testing.assert_array_equal(N(x[fk]), a[key])
     # basic keys give views, advanced ones copies
@@ -170,9 +207,15 @@ def test_getitem_errors():
 # ---------------------------------------------------------------------------------------------
 # __setitem__
 SET_CASES = [
-    (1, 5.0), ((slice(None), 1), np.arange(4.0)), ((Ellipsis, 0), 2), ([0, 3], -1.0),
-    (([0, 1], [1, 2]), np.array([7.0, 8.0])), ((slice(1, 3), [0, 2]), np.ones((2, 2))),
-    ("mask", 0.0), ((slice(None), 0), np.ones((1, 4))), ((None, 1), np.ones((1, 3))),
+    (1, 5.0),
+    ((slice(None), 1), np.arange(4.0)),
+    ((Ellipsis, 0), 2),
+    ([0, 3], -1.0),
+    (([0, 1], [1, 2]), np.array([7.0, 8.0])),
+    ((slice(1, 3), [0, 2]), np.ones((2, 2))),
+    ("mask", 0.0),
+    ((slice(None), 0), np.ones((1, 4))),
+    ((None, 1), np.ones((1, 3))),
 ]
 
 
@@ -252,16 +295,31 @@ def test_setitem_on_leaf_requiring_grad_errors():
 
 
 def test_index_put(torch):
-    check_vs_torch(torch, lambda x, v: flow.index_put(x, (flow.tensor([0, 2]), flow.tensor([1, 1])), v),
-                   lambda x, v: torch.index_put(x, (torch.tensor([0, 2]), torch.tensor([1, 1])), v),
-                   rand((3, 4), 1), rand(2, 2))
-    check_vs_torch(torch, lambda x, v: x.index_put((flow.tensor([0, 0, 2]),), v, accumulate=True),
-                   lambda x, v: x.index_put((torch.tensor([0, 0, 2]),), v, accumulate=True),
-                   rand((3, 4), 1), rand((3, 4), 2))
-    check_vs_torch(torch, lambda x, v: x.index_put((None, flow.tensor([3, 0])), v),
-                   lambda x, v: x.index_put((slice(None), torch.tensor([3, 0])), v) if False else
-                   x.clone().index_put_((torch.arange(3)[:, None], torch.tensor([3, 0])), v),
-                   rand((3, 4), 1), rand(1, 2))
+    check_vs_torch(
+        torch,
+        lambda x, v: flow.index_put(x, (flow.tensor([0, 2]), flow.tensor([1, 1])), v),
+        lambda x, v: torch.index_put(x, (torch.tensor([0, 2]), torch.tensor([1, 1])), v),
+        rand((3, 4), 1),
+        rand(2, 2),
+    )
+    check_vs_torch(
+        torch,
+        lambda x, v: x.index_put((flow.tensor([0, 0, 2]),), v, accumulate=True),
+        lambda x, v: x.index_put((torch.tensor([0, 0, 2]),), v, accumulate=True),
+        rand((3, 4), 1),
+        rand((3, 4), 2),
+    )
+    check_vs_torch(
+        torch,
+        lambda x, v: x.index_put((None, flow.tensor([3, 0])), v),
+        lambda x, v: (
+            x.index_put((slice(None), torch.tensor([3, 0])), v)
+            if False
+            else x.clone().index_put_((torch.arange(3)[:, None], torch.tensor([3, 0])), v)
+        ),
+        rand((3, 4), 1),
+        rand(1, 2),
+    )
     x = T(rand((3, 4)))
     x.index_put_((flow.tensor([1]),), flow.tensor(0.0))
     assert np.all(N(x)[1] == 0) and x._version[0] == 1
@@ -274,18 +332,38 @@ def I(a):  # noqa: E743
 
 
 FAMILY = [
-    ("gather0", lambda x, i: flow.gather(x, 0, i), lambda x, i: x.gather(0, i), (3, 4),
-     I([[0, 2, 1, 0], [2, 2, 0, 1]])),
+    (
+        "gather0",
+        lambda x, i: flow.gather(x, 0, i),
+        lambda x, i: x.gather(0, i),
+        (3, 4),
+        I([[0, 2, 1, 0], [2, 2, 0, 1]]),
+    ),
     ("gather1", lambda x, i: x.gather(-1, i), lambda x, i: x.gather(-1, i), (3, 4), I([[3, 3], [0, 1], [2, 2]])),
     ("index_select", lambda x, i: flow.index_select(x, 1, i), lambda x, i: x.index_select(1, i), (3, 4), I([3, 0, 3])),
     ("index_select0d", lambda x, i: x.index_select(0, i), lambda x, i: x.index_select(0, i), (3, 4), I(2)),
     ("take", lambda x, i: flow.take(x, i), lambda x, i: x.take(i), (3, 4), I([[0, -1], [5, 5]])),
-    ("take_along_dim", lambda x, i: flow.take_along_dim(x, i, 1), lambda x, i: x.take_along_dim(i, 1), (3, 4),
-     I([[0], [3], [1]])),
-    ("take_along_dim_b", lambda x, i: x.take_along_dim(i, 0), lambda x, i: x.take_along_dim(i, 0), (3, 1),
-     I([[0, 1, 2, 2]])),
-    ("take_along_none", lambda x, i: flow.take_along_dim(x, i), lambda x, i: x.take_along_dim(i), (3, 4),
-     I([11, 0, 4])),
+    (
+        "take_along_dim",
+        lambda x, i: flow.take_along_dim(x, i, 1),
+        lambda x, i: x.take_along_dim(i, 1),
+        (3, 4),
+        I([[0], [3], [1]]),
+    ),
+    (
+        "take_along_dim_b",
+        lambda x, i: x.take_along_dim(i, 0),
+        lambda x, i: x.take_along_dim(i, 0),
+        (3, 1),
+        I([[0, 1, 2, 2]]),
+    ),
+    (
+        "take_along_none",
+        lambda x, i: flow.take_along_dim(x, i),
+        lambda x, i: x.take_along_dim(i),
+        (3, 4),
+        I([11, 0, 4]),
+    ),
 ]
 
 
@@ -311,8 +389,15 @@ def test_scatter_vs_torch(torch, name, ff, tf):
 def test_scatter_reduce_add_and_larger_src(torch):
     idx = I([[0, 2, 1], [3, 0, 2]])
     # reduce='add' (PyTorch has no gradient for it) and a src larger than the index
-    check_vs_torch(torch, lambda x, i, s: x.scatter(0, i, s, reduce="add"),
-                   lambda x, i, s: x.scatter(0, i, s, reduce="add"), rand((4, 3), 1), idx, rand((2, 4), 2), grad=False)
+    check_vs_torch(
+        torch,
+        lambda x, i, s: x.scatter(0, i, s, reduce="add"),
+        lambda x, i, s: x.scatter(0, i, s, reduce="add"),
+        rand((4, 3), 1),
+        idx,
+        rand((2, 4), 2),
+        grad=False,
+    )
     x, s = T(rand((4, 3), 1), requires_grad=True), T(rand((3, 4), 2), requires_grad=True)
     assert gradcheck(lambda x, s: flow.scatter(x, 0, T(idx), s), [x, s])
     assert gradcheck(lambda x, s: flow.scatter(x, 0, T(idx), s, reduce="add"), [x, s])
@@ -323,8 +408,10 @@ def test_scatter_multiply_and_inplace(torch):
     idx = I([[0, 0, 1]])
     x = T(rand((2, 3), 1))
     t = torch.tensor(N(x))
-    np.testing.assert_allclose(N(x.scatter(0, T(idx), T(rand((1, 3), 2)), reduce="multiply")),
-                               t.scatter(0, torch.tensor(idx), torch.tensor(rand((1, 3), 2)), reduce="multiply"))
+    np.testing.assert_allclose(
+        N(x.scatter(0, T(idx), T(rand((1, 3), 2)), reduce="multiply")),
+        t.scatter(0, torch.tensor(idx), torch.tensor(rand((1, 3), 2)), reduce="multiply"),
+    )
     y = x.clone()
     y.scatter_(1, T(I([[2], [0]])), 0.0)
     assert N(y)[0, 2] == 0 and N(y)[1, 0] == 0 and y._version[0] == 1
@@ -334,16 +421,41 @@ def test_scatter_multiply_and_inplace(torch):
 
 def test_index_add_fill_copy_vs_torch(torch):
     idx = I([0, 2, 0])
-    check_vs_torch(torch, lambda x, i, s: flow.index_add(x, 0, i, s, alpha=2.0),
-                   lambda x, i, s: x.index_add(0, i, s, alpha=2.0), rand((3, 4), 1), idx, rand((3, 4), 2))
-    check_vs_torch(torch, lambda x, i, s: x.index_add(1, i, s), lambda x, i, s: x.index_add(1, i, s),
-                   rand((2, 4), 1), idx, rand((2, 3), 2))
-    check_vs_torch(torch, lambda x, i: x.index_fill(1, i, -1.5), lambda x, i: x.index_fill(1, i, -1.5),
-                   rand((2, 4), 1), I([3, 1]))
-    check_vs_torch(torch, lambda x, i, v: flow.index_fill(x, 0, i, v.sum()),
-                   lambda x, i, v: x.index_fill(0, i, v.sum()), rand((2, 4), 1), I([1]), rand(2, 3))
-    check_vs_torch(torch, lambda x, i, s: flow.index_copy(x, 0, i, s), lambda x, i, s: x.index_copy(0, i, s),
-                   rand((4, 3), 1), I([3, 0]), rand((2, 3), 2))
+    check_vs_torch(
+        torch,
+        lambda x, i, s: flow.index_add(x, 0, i, s, alpha=2.0),
+        lambda x, i, s: x.index_add(0, i, s, alpha=2.0),
+        rand((3, 4), 1),
+        idx,
+        rand((3, 4), 2),
+    )
+    check_vs_torch(
+        torch,
+        lambda x, i, s: x.index_add(1, i, s),
+        lambda x, i, s: x.index_add(1, i, s),
+        rand((2, 4), 1),
+        idx,
+        rand((2, 3), 2),
+    )
+    check_vs_torch(
+        torch, lambda x, i: x.index_fill(1, i, -1.5), lambda x, i: x.index_fill(1, i, -1.5), rand((2, 4), 1), I([3, 1])
+    )
+    check_vs_torch(
+        torch,
+        lambda x, i, v: flow.index_fill(x, 0, i, v.sum()),
+        lambda x, i, v: x.index_fill(0, i, v.sum()),
+        rand((2, 4), 1),
+        I([1]),
+        rand(2, 3),
+    )
+    check_vs_torch(
+        torch,
+        lambda x, i, s: flow.index_copy(x, 0, i, s),
+        lambda x, i, s: x.index_copy(0, i, s),
+        rand((4, 3), 1),
+        I([3, 0]),
+        rand((2, 3), 2),
+    )
     x = T(rand((3, 2)))
     x.index_add_(0, T(I([1, 1])), T(np.ones((2, 2))))
     x.index_fill_(1, T(I([0])), 0.0)
@@ -354,11 +466,22 @@ def test_index_add_fill_copy_vs_torch(torch):
 def test_masked_fill_select_vs_torch(torch):
     m = np.array([[True, False, True, False]])
     check_vs_torch(torch, lambda x, m: x.masked_fill(m, 3.0), lambda x, m: x.masked_fill(m, 3.0), rand((3, 4)), m)
-    check_vs_torch(torch, lambda x, v, m: flow.masked_fill(x, m, v.sum()), lambda x, v, m: x.masked_fill(m, v.sum()),
-                   rand((3, 4)), rand(2, 1), m)
+    check_vs_torch(
+        torch,
+        lambda x, v, m: flow.masked_fill(x, m, v.sum()),
+        lambda x, v, m: x.masked_fill(m, v.sum()),
+        rand((3, 4)),
+        rand(2, 1),
+        m,
+    )
     check_vs_torch(torch, lambda x, m: x.masked_select(m), lambda x, m: x.masked_select(m), rand((3, 4)), m)
-    check_vs_torch(torch, lambda x, m: flow.masked_select(x, m), lambda x, m: torch.masked_select(x, m),
-                   rand((1, 4)), np.random.default_rng(0).random((3, 4)) > 0.5)
+    check_vs_torch(
+        torch,
+        lambda x, m: flow.masked_select(x, m),
+        lambda x, m: torch.masked_select(x, m),
+        rand((1, 4)),
+        np.random.default_rng(0).random((3, 4)) > 0.5,
+    )
     check_vs_torch(torch, lambda x, m: x.masked_fill(m, 1.0), lambda x, m: x.masked_fill(m, 1.0), rand(4), m)
     x = T(np.arange(4))
     assert x.masked_fill(T(np.array([True, False, True, False])), 2.7).tolist() == [2, 1, 2, 3]
@@ -424,6 +547,7 @@ def test_family_errors():
 
 def test_inplace_methods_autograd_chain(torch):
     """In-place indexing methods on a non-leaf, followed by more in-place ops, backprop like PyTorch."""
+
     def run(lib, a, s):
         xa, xs = lib.tensor(a, requires_grad=True), lib.tensor(s, requires_grad=True)
         i = lib.tensor(np.array([[0, 2, 1]]))

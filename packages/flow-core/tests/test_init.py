@@ -18,11 +18,19 @@ def _np(t):
 
 
 # -- gains and fans ------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,param,expected", [
-    ("linear", None, 1.0), ("conv2d", None, 1.0), ("sigmoid", None, 1.0), ("tanh", None, 5.0 / 3),
-    ("relu", None, math.sqrt(2.0)), ("leaky_relu", None, math.sqrt(2.0 / (1 + 0.01**2))),
-    ("leaky_relu", math.sqrt(5), math.sqrt(2.0 / 6)), ("selu", None, 0.75),
-])
+@pytest.mark.parametrize(
+    "name,param,expected",
+    [
+        ("linear", None, 1.0),
+        ("conv2d", None, 1.0),
+        ("sigmoid", None, 1.0),
+        ("tanh", None, 5.0 / 3),
+        ("relu", None, math.sqrt(2.0)),
+        ("leaky_relu", None, math.sqrt(2.0 / (1 + 0.01**2))),
+        ("leaky_relu", math.sqrt(5), math.sqrt(2.0 / 6)),
+        ("selu", None, 0.75),
+    ],
+)
 def test_calculate_gain(name, param, expected):
     assert init.calculate_gain(name, param) == pytest.approx(expected)
 
@@ -70,8 +78,18 @@ def test_dirac_is_identity_kernel():
 
 def test_in_place_under_no_grad_on_parameters():
     p = nn.Parameter(flow.empty(50, 40))
-    for fn in (init.uniform_, init.normal_, init.xavier_uniform_, init.xavier_normal_, init.kaiming_uniform_,
-               init.kaiming_normal_, init.trunc_normal_, init.orthogonal_, init.zeros_, init.ones_):
+    for fn in (
+        init.uniform_,
+        init.normal_,
+        init.xavier_uniform_,
+        init.xavier_normal_,
+        init.kaiming_uniform_,
+        init.kaiming_normal_,
+        init.trunc_normal_,
+        init.orthogonal_,
+        init.zeros_,
+        init.ones_,
+    ):
         assert fn(p) is p
         assert p.requires_grad and p.is_leaf and p.grad_fn is None
     (p * 2).sum().backward()

@@ -58,7 +58,7 @@ METHODS = {
     "sub_": ({}, lambda x: x - _other(x.shape), lambda x: x.sub_(_other(x.shape))),
     "mul_": ({}, lambda x: x * _other(x.shape), lambda x: x.mul_(_other(x.shape))),
     "div_": ({}, lambda x: x / _other(x.shape), lambda x: x.div_(_other(x.shape))),
-    "pow_": (POS, lambda x: x ** 2.5, lambda x: x.pow_(2.5)),
+    "pow_": (POS, lambda x: x**2.5, lambda x: x.pow_(2.5)),
     "exp_": ({}, lambda x: x.exp(), lambda x: x.exp_()),
     "log_": (POS, lambda x: x.log(), lambda x: x.log_()),
     "sqrt_": (POS, lambda x: x.sqrt(), lambda x: x.sqrt_()),
@@ -72,34 +72,63 @@ METHODS = {
     "clip_": ({}, lambda x: x.clamp(-1, 1), lambda x: x.clip_(-1, 1)),
     "reciprocal_": (POS, lambda x: x.reciprocal(), lambda x: x.reciprocal_()),
     "lerp_": ({}, lambda x: x.lerp(_other(x.shape), 0.3), lambda x: x.lerp_(_other(x.shape), 0.3)),
-    "addcmul_": ({}, lambda x: x + x * _other(x.shape) * 0.5,
-                 lambda x: x.addcmul_(x.detach() * 0 + x, _other(x.shape), value=0.5)),
-    "addcdiv_": ({}, lambda x: x + x / _other(x.shape) * 0.5,
-                 lambda x: x.addcdiv_(x.detach() * 0 + x, _other(x.shape), value=0.5)),
+    "addcmul_": (
+        {},
+        lambda x: x + x * _other(x.shape) * 0.5,
+        lambda x: x.addcmul_(x.detach() * 0 + x, _other(x.shape), value=0.5),
+    ),
+    "addcdiv_": (
+        {},
+        lambda x: x + x / _other(x.shape) * 0.5,
+        lambda x: x.addcdiv_(x.detach() * 0 + x, _other(x.shape), value=0.5),
+    ),
     "tril_": ({}, lambda x: x.tril(), lambda x: x.tril_()),
     "triu_": ({}, lambda x: x.triu(1), lambda x: x.triu_(1)),
-    "addmm_": ({}, lambda x: flow.addmm(x, _other(x.shape), _other((x.shape[1],) * 2), beta=0.5),
-               lambda x: x.addmm_(_other(x.shape), _other((x.shape[1],) * 2), beta=0.5)),
-    "baddbmm_": (dict(shape=(2, 3, 4)),
-                 lambda x: flow.baddbmm(x, _other(x.shape), _other((x.shape[0], x.shape[2], x.shape[2])), beta=0.5),
-                 lambda x: x.baddbmm_(_other(x.shape), _other((x.shape[0], x.shape[2], x.shape[2])), beta=0.5)),
-    "fill_diagonal_": ({}, lambda x: x * (1 - flow.eye(*x.shape, dtype=x.dtype))
-                       + 2.0 * flow.eye(*x.shape, dtype=x.dtype),
-                       lambda x: x.fill_diagonal_(2.0)),
-    "index_add_": ({}, lambda x: x.index_add(0, flow.tensor([1, 0]), _other((2, x.shape[1])), alpha=0.5),
-                   lambda x: x.index_add_(0, flow.tensor([1, 0]), _other((2, x.shape[1])), alpha=0.5)),
-    "index_copy_": ({}, lambda x: x.index_copy(0, flow.tensor([1, 0]), _other((2, x.shape[1]))),
-                    lambda x: x.index_copy_(0, flow.tensor([1, 0]), _other((2, x.shape[1])))),
-    "index_fill_": ({}, lambda x: x.index_fill(1, flow.tensor([1]), -1.0),
-                    lambda x: x.index_fill_(1, flow.tensor([1]), -1.0)),
-    "index_put_": ({}, lambda x: x.index_put((flow.tensor([1, 0]),), _other((2, x.shape[1]))),
-                   lambda x: x.index_put_((flow.tensor([1, 0]),), _other((2, x.shape[1])))),
-    "scatter_": ({}, lambda x: x.scatter(1, flow.tensor([[0], [2], [1]])[: x.shape[0]], 5.0),
-                 lambda x: x.scatter_(1, flow.tensor([[0], [2], [1]])[: x.shape[0]], 5.0)),
-    "scatter_add_": ({}, lambda x: x.scatter_add(1, flow.tensor([[0, 1], [2, 2], [1, 0]])[: x.shape[0]],
-                                                 _other((x.shape[0], 2))),
-                     lambda x: x.scatter_add_(1, flow.tensor([[0, 1], [2, 2], [1, 0]])[: x.shape[0]],
-                                              _other((x.shape[0], 2)))),
+    "addmm_": (
+        {},
+        lambda x: flow.addmm(x, _other(x.shape), _other((x.shape[1],) * 2), beta=0.5),
+        lambda x: x.addmm_(_other(x.shape), _other((x.shape[1],) * 2), beta=0.5),
+    ),
+    "baddbmm_": (
+        dict(shape=(2, 3, 4)),
+        lambda x: flow.baddbmm(x, _other(x.shape), _other((x.shape[0], x.shape[2], x.shape[2])), beta=0.5),
+        lambda x: x.baddbmm_(_other(x.shape), _other((x.shape[0], x.shape[2], x.shape[2])), beta=0.5),
+    ),
+    "fill_diagonal_": (
+        {},
+        lambda x: x * (1 - flow.eye(*x.shape, dtype=x.dtype)) + 2.0 * flow.eye(*x.shape, dtype=x.dtype),
+        lambda x: x.fill_diagonal_(2.0),
+    ),
+    "index_add_": (
+        {},
+        lambda x: x.index_add(0, flow.tensor([1, 0]), _other((2, x.shape[1])), alpha=0.5),
+        lambda x: x.index_add_(0, flow.tensor([1, 0]), _other((2, x.shape[1])), alpha=0.5),
+    ),
+    "index_copy_": (
+        {},
+        lambda x: x.index_copy(0, flow.tensor([1, 0]), _other((2, x.shape[1]))),
+        lambda x: x.index_copy_(0, flow.tensor([1, 0]), _other((2, x.shape[1]))),
+    ),
+    "index_fill_": (
+        {},
+        lambda x: x.index_fill(1, flow.tensor([1]), -1.0),
+        lambda x: x.index_fill_(1, flow.tensor([1]), -1.0),
+    ),
+    "index_put_": (
+        {},
+        lambda x: x.index_put((flow.tensor([1, 0]),), _other((2, x.shape[1]))),
+        lambda x: x.index_put_((flow.tensor([1, 0]),), _other((2, x.shape[1]))),
+    ),
+    "scatter_": (
+        {},
+        lambda x: x.scatter(1, flow.tensor([[0], [2], [1]])[: x.shape[0]], 5.0),
+        lambda x: x.scatter_(1, flow.tensor([[0], [2], [1]])[: x.shape[0]], 5.0),
+    ),
+    "scatter_add_": (
+        {},
+        lambda x: x.scatter_add(1, flow.tensor([[0, 1], [2, 2], [1, 0]])[: x.shape[0]], _other((x.shape[0], 2))),
+        lambda x: x.scatter_add_(1, flow.tensor([[0, 1], [2, 2], [1, 0]])[: x.shape[0]], _other((x.shape[0], 2))),
+    ),
     "floor_": ({}, lambda x: x.floor(), lambda x: x.floor_()),
     "round_": ({}, lambda x: x.round(), lambda x: x.round_()),
     "masked_fill_": ({}, lambda x: x.masked_fill(x > 0, 2.0), lambda x: x.masked_fill_(x.detach() > 0, 2.0)),
@@ -121,8 +150,10 @@ def _run(fn, values, upstream, inplace):
     return y.detach().numpy().copy(), leaf.grad.numpy().copy()
 
 
-CASES = {**{f"F.{k}": v for k, v in FUNCTIONAL.items() if v[1] is not None},
-         **{f"Tensor.{k}": v for k, v in METHODS.items()}}
+CASES = {
+    **{f"F.{k}": v for k, v in FUNCTIONAL.items() if v[1] is not None},
+    **{f"Tensor.{k}": v for k, v in METHODS.items()},
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -150,14 +181,29 @@ def test_inplace_gradient_against_finite_differences(name):
     flow.testing.gradcheck(fn, [leaf])
 
 
-@pytest.mark.parametrize("module", [nn.ReLU, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.Hardswish, nn.Hardsigmoid,
-                                    nn.Mish, nn.SiLU, nn.ReLU6, nn.Hardtanh])
+@pytest.mark.parametrize(
+    "module",
+    [
+        nn.ReLU,
+        nn.LeakyReLU,
+        nn.ELU,
+        nn.SELU,
+        nn.CELU,
+        nn.Hardswish,
+        nn.Hardsigmoid,
+        nn.Mish,
+        nn.SiLU,
+        nn.ReLU6,
+        nn.Hardtanh,
+    ],
+)
 def test_inplace_activation_modules_train_like_their_out_of_place_form(module):
     # the DCGAN pattern: conv -> activation(inplace=True) -> conv, trained for a few steps
     def losses(inplace):
         flow.manual_seed(0)
-        net = nn.Sequential(nn.Linear(6, 8), module(inplace=inplace), nn.Linear(8, 8), module(inplace=inplace),
-                            nn.Linear(8, 1))
+        net = nn.Sequential(
+            nn.Linear(6, 8), module(inplace=inplace), nn.Linear(8, 8), module(inplace=inplace), nn.Linear(8, 1)
+        )
         opt = flow.optim.SGD(net.parameters(), lr=0.05)
         x = flow.tensor(np.random.default_rng(0).standard_normal((16, 6)), dtype=flow.float32)
         out = []
@@ -172,8 +218,9 @@ def test_inplace_activation_modules_train_like_their_out_of_place_form(module):
     np.testing.assert_allclose(losses(True), losses(False), rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d",
-                                  "dropout3d"])
+@pytest.mark.parametrize(
+    "name", ["dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"]
+)
 def test_inplace_dropout_gradient_is_the_mask(name):
     fn = getattr(F, name)
     shape = (4, 3, 5, 2, 2) if name == "dropout3d" else (4, 3, 5, 2) if name == "dropout2d" else (4, 3, 5)
@@ -193,12 +240,29 @@ def test_inplace_dropout_gradient_is_the_mask(name):
 
 def test_every_inplace_op_has_a_case():
     methods = {n for n in dir(flow.Tensor) if n.endswith("_") and not n.startswith("_")}
-    functional = {n for n in dir(F) if callable(getattr(F, n)) and not n.startswith("_")
-                  and "inplace" in inspect.signature(getattr(F, n)).parameters}
+    functional = {
+        n
+        for n in dir(F)
+        if callable(getattr(F, n))
+        and not n.startswith("_")
+        and "inplace" in inspect.signature(getattr(F, n)).parameters
+    }
     # in-place methods that are not value computations (autograd flags, initialisers drawing random
     # numbers, which tests/test_init.py checks) need no gradient case
-    not_values = {"requires_grad_", "detach_", "share_memory_", "retain_grad_", "bernoulli_", "normal_", "uniform_",
-                  "exponential_", "geometric_", "cauchy_", "log_normal_", "random_"}
+    not_values = {
+        "requires_grad_",
+        "detach_",
+        "share_memory_",
+        "retain_grad_",
+        "bernoulli_",
+        "normal_",
+        "uniform_",
+        "exponential_",
+        "geometric_",
+        "cauchy_",
+        "log_normal_",
+        "random_",
+    }
     integer_only = {"bitwise_and_", "bitwise_or_", "bitwise_xor_"}
     missing_m = sorted(methods - set(METHODS) - not_values - integer_only - {k for k in methods if k.endswith("__")})
     missing_f = sorted(functional - set(FUNCTIONAL))
@@ -234,9 +298,14 @@ def test_embedding_max_norm_validates_indices_before_renormalising(fn, bad):
     np.testing.assert_array_equal(w.numpy(), before)  # no row was renormalised
 
 
-@pytest.mark.parametrize("kw,err", [(dict(max_norm=-1.0), "max_norm' must be positive"),
-                                    (dict(max_norm="1"), "max_norm' must be a number"),
-                                    (dict(max_norm=1.0, norm_type=0.0), "norm_type' must be positive")])
+@pytest.mark.parametrize(
+    "kw,err",
+    [
+        (dict(max_norm=-1.0), "max_norm' must be positive"),
+        (dict(max_norm="1"), "max_norm' must be a number"),
+        (dict(max_norm=1.0, norm_type=0.0), "norm_type' must be positive"),
+    ],
+)
 def test_embedding_max_norm_arguments_are_checked_first(kw, err):
     w = flow.tensor(np.ones((5, 3)) * 4)
     with pytest.raises(flow.errors.OpError, match=err):

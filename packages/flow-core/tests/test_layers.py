@@ -26,8 +26,17 @@ def _outputs(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def check_parity(fm, tm, *inputs, grad: bool = True, rtol: float = RTOL, atol: float = ATOL, copy: bool = True,
-                 kwargs: dict | None = None, grad_args=None):
+def check_parity(
+    fm,
+    tm,
+    *inputs,
+    grad: bool = True,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+    copy: bool = True,
+    kwargs: dict | None = None,
+    grad_args=None,
+):
     """Run ``fm`` and ``tm`` on the same NumPy ``inputs``; compare outputs and all gradients.
 
     Float inputs require grad (only those at positions ``grad_args``, when given).
@@ -137,7 +146,7 @@ def _naive_conv2d(x, w, b, stride, padding):
     out = np.zeros((n, o, oh, ow))
     for i in range(oh):
         for j in range(ow):
-            patch = xp[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
+            patch = xp[:, :, i * stride : i * stride + kh, j * stride : j * stride + kw]
             out[:, :, i, j] = np.einsum("nckl,ockl->no", patch, w)
     return out + b[None, :, None, None]
 
@@ -145,16 +154,30 @@ def _naive_conv2d(x, w, b, stride, padding):
 def test_conv2d_formula():
     conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
     x = randn(2, 3, 7, 6)
-    np.testing.assert_allclose(_np(conv(flow.tensor(x))), _naive_conv2d(x, _np(conv.weight), _np(conv.bias), 2, 1),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        _np(conv(flow.tensor(x))), _naive_conv2d(x, _np(conv.weight), _np(conv.bias), 2, 1), rtol=1e-4, atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("kw", [
-    dict(), dict(stride=2), dict(padding=1), dict(padding=(2, 1), stride=(2, 1)), dict(padding="same"),
-    dict(padding="same", dilation=2), dict(padding="valid"), dict(dilation=2, padding=2), dict(groups=2),
-    dict(bias=False), dict(padding=2, padding_mode="reflect"), dict(padding=1, padding_mode="circular"),
-    dict(padding=1, padding_mode="replicate"), dict(padding="same", padding_mode="reflect"),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(stride=2),
+        dict(padding=1),
+        dict(padding=(2, 1), stride=(2, 1)),
+        dict(padding="same"),
+        dict(padding="same", dilation=2),
+        dict(padding="valid"),
+        dict(dilation=2, padding=2),
+        dict(groups=2),
+        dict(bias=False),
+        dict(padding=2, padding_mode="reflect"),
+        dict(padding=1, padding_mode="circular"),
+        dict(padding=1, padding_mode="replicate"),
+        dict(padding="same", padding_mode="reflect"),
+    ],
+)
 def test_conv2d_parity(kw):
     torch = _torch()
     kernel = kw.pop("kernel", 3)
@@ -164,16 +187,28 @@ def test_conv2d_parity(kw):
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
 def test_conv2d_even_kernel_same_and_repr():
     torch = _torch()
-    check_parity(nn.Conv2d(2, 3, (4, 2), padding="same"), torch.nn.Conv2d(2, 3, (4, 2), padding="same"),
-                 randn(1, 2, 7, 6))
-    for args, kw in [((3, 8, 3), dict(stride=2, padding=1)), ((4, 8, (3, 5)), dict(groups=2, bias=False)),
-                     ((3, 8, 3), dict(padding="same", dilation=2)), ((3, 8, 3), dict(padding=1,
-                                                                                     padding_mode="circular"))]:
+    check_parity(
+        nn.Conv2d(2, 3, (4, 2), padding="same"), torch.nn.Conv2d(2, 3, (4, 2), padding="same"), randn(1, 2, 7, 6)
+    )
+    for args, kw in [
+        ((3, 8, 3), dict(stride=2, padding=1)),
+        ((4, 8, (3, 5)), dict(groups=2, bias=False)),
+        ((3, 8, 3), dict(padding="same", dilation=2)),
+        ((3, 8, 3), dict(padding=1, padding_mode="circular")),
+    ]:
         assert repr(nn.Conv2d(*args, **kw)) == repr(torch.nn.Conv2d(*args, **kw))
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1), dict(padding="same", dilation=3),
-                                dict(groups=3), dict(padding=2, padding_mode="reflect")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(stride=2, padding=1),
+        dict(padding="same", dilation=3),
+        dict(groups=3),
+        dict(padding=2, padding_mode="reflect"),
+    ],
+)
 def test_conv1d_parity(kw):
     torch = _torch()
     check_parity(nn.Conv1d(3, 6, 3, **kw), torch.nn.Conv1d(3, 6, 3, **kw), randn(2, 3, 11))
@@ -190,8 +225,17 @@ def test_conv_errors():
         nn.Conv2d(3, 4, 3, padding_mode="mirror")
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(stride=2), dict(stride=2, padding=1, output_padding=1),
-                                dict(groups=2), dict(dilation=2, padding=1), dict(bias=False)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(stride=2),
+        dict(stride=2, padding=1, output_padding=1),
+        dict(groups=2),
+        dict(dilation=2, padding=1),
+        dict(bias=False),
+    ],
+)
 def test_conv_transpose2d_parity(kw):
     torch = _torch()
     check_parity(nn.ConvTranspose2d(4, 6, 3, **kw), torch.nn.ConvTranspose2d(4, 6, 3, **kw), randn(2, 4, 5, 6))
@@ -205,23 +249,33 @@ def test_conv_transpose_output_size_and_1d():
     with pytest.raises(ValueError, match="output size"):
         f(flow.randn(1, 2, 4, 4), output_size=(20, 20))
     check_parity(nn.ConvTranspose1d(3, 2, 4, stride=3), torch.nn.ConvTranspose1d(3, 2, 4, stride=3), randn(2, 3, 5))
-    assert repr(nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1)) == \
-        repr(torch.nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1))
+    assert repr(nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1)) == repr(
+        torch.nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1)
+    )
 
 
 # -- pooling -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,args,kw,shape", [
-    ("MaxPool2d", (2,), {}, (2, 3, 8, 8)), ("MaxPool2d", (3,), dict(stride=2, padding=1), (2, 3, 9, 7)),
-    ("MaxPool2d", (3,), dict(stride=2, ceil_mode=True), (1, 2, 8, 8)), ("MaxPool2d", (2,), dict(dilation=2),
-                                                                         (1, 2, 9, 9)),
-    ("MaxPool1d", (3,), dict(stride=2, padding=1), (2, 3, 10)), ("AvgPool1d", (3,), dict(stride=2), (2, 3, 10)),
-    ("AvgPool2d", (2,), {}, (2, 3, 8, 8)), ("AvgPool2d", (3,), dict(stride=2, padding=1), (2, 3, 9, 7)),
-    ("AvgPool2d", (3,), dict(padding=1, count_include_pad=False), (1, 2, 6, 6)),
-    ("AvgPool2d", (2,), dict(divisor_override=3), (1, 2, 6, 6)),
-    ("AdaptiveAvgPool2d", ((3, 2),), {}, (2, 3, 7, 9)), ("AdaptiveAvgPool2d", (1,), {}, (2, 3, 5, 5)),
-    ("AdaptiveAvgPool2d", ((None, 2),), {}, (2, 3, 5, 5)), ("AdaptiveAvgPool1d", (4,), {}, (2, 3, 10)),
-    ("AdaptiveMaxPool2d", ((2, 3),), {}, (2, 3, 7, 8)), ("AdaptiveMaxPool1d", (3,), {}, (2, 3, 10)),
-])
+@pytest.mark.parametrize(
+    "name,args,kw,shape",
+    [
+        ("MaxPool2d", (2,), {}, (2, 3, 8, 8)),
+        ("MaxPool2d", (3,), dict(stride=2, padding=1), (2, 3, 9, 7)),
+        ("MaxPool2d", (3,), dict(stride=2, ceil_mode=True), (1, 2, 8, 8)),
+        ("MaxPool2d", (2,), dict(dilation=2), (1, 2, 9, 9)),
+        ("MaxPool1d", (3,), dict(stride=2, padding=1), (2, 3, 10)),
+        ("AvgPool1d", (3,), dict(stride=2), (2, 3, 10)),
+        ("AvgPool2d", (2,), {}, (2, 3, 8, 8)),
+        ("AvgPool2d", (3,), dict(stride=2, padding=1), (2, 3, 9, 7)),
+        ("AvgPool2d", (3,), dict(padding=1, count_include_pad=False), (1, 2, 6, 6)),
+        ("AvgPool2d", (2,), dict(divisor_override=3), (1, 2, 6, 6)),
+        ("AdaptiveAvgPool2d", ((3, 2),), {}, (2, 3, 7, 9)),
+        ("AdaptiveAvgPool2d", (1,), {}, (2, 3, 5, 5)),
+        ("AdaptiveAvgPool2d", ((None, 2),), {}, (2, 3, 5, 5)),
+        ("AdaptiveAvgPool1d", (4,), {}, (2, 3, 10)),
+        ("AdaptiveMaxPool2d", ((2, 3),), {}, (2, 3, 7, 8)),
+        ("AdaptiveMaxPool1d", (3,), {}, (2, 3, 10)),
+    ],
+)
 def test_pooling_parity(name, args, kw, shape):
     torch = _torch()
     fm, tm = getattr(nn, name)(*args, **kw), getattr(torch.nn, name)(*args, **kw)
@@ -239,10 +293,13 @@ def test_maxpool_return_indices():
 
 
 # -- normalisation ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("cls,shape", [("BatchNorm1d", (8, 4)), ("BatchNorm1d", (8, 4, 5)),
-                                       ("BatchNorm2d", (4, 4, 3, 5))])
-@pytest.mark.parametrize("kw", [dict(), dict(momentum=None), dict(affine=False), dict(track_running_stats=False),
-                                dict(momentum=0.3, eps=1e-3)])
+@pytest.mark.parametrize(
+    "cls,shape", [("BatchNorm1d", (8, 4)), ("BatchNorm1d", (8, 4, 5)), ("BatchNorm2d", (4, 4, 3, 5))]
+)
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(momentum=None), dict(affine=False), dict(track_running_stats=False), dict(momentum=0.3, eps=1e-3)],
+)
 def test_batchnorm_parity_train_and_eval(cls, shape, kw):
     torch = _torch()
     fm, tm = getattr(nn, cls)(4, **kw), getattr(torch.nn, cls)(4, **kw)
@@ -270,8 +327,9 @@ def test_batchnorm_formula_and_running_stats():
     assert bn.num_batches_tracked.item() == 1 and bn.num_batches_tracked.dtype == flow.int64
     bn.eval()
     y = _np(bn(flow.tensor(x)))
-    np.testing.assert_allclose(y, (x - _np(bn.running_mean)) / np.sqrt(_np(bn.running_var) + 1e-5), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        y, (x - _np(bn.running_mean)) / np.sqrt(_np(bn.running_var) + 1e-5), rtol=1e-5, atol=1e-6
+    )
     assert bn.num_batches_tracked.item() == 1
     # momentum=None: the running stats are the plain average of all batches seen
     cum = nn.BatchNorm1d(3, momentum=None)
@@ -291,9 +349,15 @@ def test_batchnorm_state_dict_without_num_batches_tracked():
     bn.reset_running_stats()
 
 
-@pytest.mark.parametrize("kw", [dict(normalized_shape=6), dict(normalized_shape=(5, 6), eps=1e-3),
-                                dict(normalized_shape=6, elementwise_affine=False), dict(normalized_shape=6,
-                                                                                         bias=False)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(normalized_shape=6),
+        dict(normalized_shape=(5, 6), eps=1e-3),
+        dict(normalized_shape=6, elementwise_affine=False),
+        dict(normalized_shape=6, bias=False),
+    ],
+)
 def test_layernorm_parity(kw):
     torch = _torch()
     fm, tm = nn.LayerNorm(**kw), torch.nn.LayerNorm(**kw)
@@ -307,12 +371,19 @@ def test_layernorm_parity(kw):
 def test_layernorm_formula():
     x = randn(4, 8)
     y = _np(nn.LayerNorm(8)(flow.tensor(x)))
-    np.testing.assert_allclose(y, (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        y, (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("kw", [dict(num_groups=2, num_channels=6), dict(num_groups=3, num_channels=6, affine=False),
-                                dict(num_groups=6, num_channels=6, eps=1e-3)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(num_groups=2, num_channels=6),
+        dict(num_groups=3, num_channels=6, affine=False),
+        dict(num_groups=6, num_channels=6, eps=1e-3),
+    ],
+)
 def test_groupnorm_parity(kw):
     torch = _torch()
     fm, tm = nn.GroupNorm(**kw), torch.nn.GroupNorm(**kw)
@@ -325,8 +396,14 @@ def test_groupnorm_parity(kw):
         nn.GroupNorm(4, 6)
 
 
-@pytest.mark.parametrize("kw", [dict(normalized_shape=8), dict(normalized_shape=(3, 8), eps=1e-4),
-                                dict(normalized_shape=8, elementwise_affine=False)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(normalized_shape=8),
+        dict(normalized_shape=(3, 8), eps=1e-4),
+        dict(normalized_shape=8, elementwise_affine=False),
+    ],
+)
 def test_rmsnorm_parity(kw):
     torch = _torch()
     fm, tm = nn.RMSNorm(**kw), torch.nn.RMSNorm(**kw)
@@ -343,8 +420,9 @@ def test_rmsnorm_formula():
     np.testing.assert_allclose(y, x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("cls,shape", [("InstanceNorm1d", (2, 3, 7)), ("InstanceNorm2d", (2, 3, 4, 5)),
-                                       ("InstanceNorm2d", (3, 4, 5))])
+@pytest.mark.parametrize(
+    "cls,shape", [("InstanceNorm1d", (2, 3, 7)), ("InstanceNorm2d", (2, 3, 4, 5)), ("InstanceNorm2d", (3, 4, 5))]
+)
 def test_instancenorm_parity(cls, shape):
     torch = _torch()
     check_parity(getattr(nn, cls)(3, affine=True), getattr(torch.nn, cls)(3, affine=True), randn(*shape))
@@ -392,8 +470,10 @@ def test_embedding_bag_per_sample_weights_and_last_offset():
     tm = torch.nn.EmbeddingBag(10, 3, mode="sum", include_last_offset=True)
     idx, off = np.array([1, 2, 4, 5, 4, 3]), np.array([0, 2, 6])
     check_parity(fm, tm, idx, off, randn(6))
-    fm2, tm2 = nn.EmbeddingBag(10, 3, mode="sum", padding_idx=2), torch.nn.EmbeddingBag(10, 3, mode="sum",
-                                                                                          padding_idx=2)
+    fm2, tm2 = (
+        nn.EmbeddingBag(10, 3, mode="sum", padding_idx=2),
+        torch.nn.EmbeddingBag(10, 3, mode="sum", padding_idx=2),
+    )
     check_parity(fm2, tm2, idx, np.array([0, 2]))
     with pytest.raises(ValueError):
         nn.EmbeddingBag(3, 3, mode="median")
@@ -430,12 +510,34 @@ def test_dropout_gradient_matches_mask():
 
 # -- activations ------------------------------------------------------------------------------------------
 ACTIVATIONS = [
-    ("ReLU", (), {}), ("ReLU6", (), {}), ("GELU", (), {}), ("GELU", (), {"approximate": "tanh"}), ("SiLU", (), {}),
-    ("Tanh", (), {}), ("Sigmoid", (), {}), ("LeakyReLU", (), {}), ("LeakyReLU", (0.2,), {}), ("Softmax", (1,), {}),
-    ("Softmax", (-1,), {}), ("LogSoftmax", (1,), {}), ("Softmin", (0,), {}), ("Mish", (), {}), ("Hardswish", (), {}),
-    ("Hardsigmoid", (), {}), ("ELU", (), {}), ("ELU", (0.5,), {}), ("CELU", (1.5,), {}), ("SELU", (), {}),
-    ("Softplus", (), {}), ("Softplus", (2.0, 1.0), {}), ("Softsign", (), {}), ("Tanhshrink", (), {}),
-    ("Hardtanh", (-0.5, 0.7), {}), ("Threshold", (0.1, -2.0), {}), ("GLU", (), {}), ("PReLU", (), {}),
+    ("ReLU", (), {}),
+    ("ReLU6", (), {}),
+    ("GELU", (), {}),
+    ("GELU", (), {"approximate": "tanh"}),
+    ("SiLU", (), {}),
+    ("Tanh", (), {}),
+    ("Sigmoid", (), {}),
+    ("LeakyReLU", (), {}),
+    ("LeakyReLU", (0.2,), {}),
+    ("Softmax", (1,), {}),
+    ("Softmax", (-1,), {}),
+    ("LogSoftmax", (1,), {}),
+    ("Softmin", (0,), {}),
+    ("Mish", (), {}),
+    ("Hardswish", (), {}),
+    ("Hardsigmoid", (), {}),
+    ("ELU", (), {}),
+    ("ELU", (0.5,), {}),
+    ("CELU", (1.5,), {}),
+    ("SELU", (), {}),
+    ("Softplus", (), {}),
+    ("Softplus", (2.0, 1.0), {}),
+    ("Softsign", (), {}),
+    ("Tanhshrink", (), {}),
+    ("Hardtanh", (-0.5, 0.7), {}),
+    ("Threshold", (0.1, -2.0), {}),
+    ("GLU", (), {}),
+    ("PReLU", (), {}),
     ("PReLU", (3,), {}),
 ]
 
@@ -467,11 +569,19 @@ def test_softmax_implicit_dim_and_inplace():
 def _loss_parity(name, inputs, kw=None, fkw=None, grad=True, grad_args=(0,)):
     torch = _torch()
     kw = kw or {}
-    fkw = fkw if fkw is not None else {k: (flow.tensor(v.numpy()) if isinstance(v, torch.Tensor) else v)
-                                       for k, v in kw.items()}
+    fkw = (
+        fkw
+        if fkw is not None
+        else {k: (flow.tensor(v.numpy()) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    )
     for reduction in ("mean", "sum", "none"):
-        check_parity(getattr(nn, name)(reduction=reduction, **fkw), getattr(torch.nn, name)(reduction=reduction, **kw),
-                     *inputs, grad=grad, grad_args=grad_args)
+        check_parity(
+            getattr(nn, name)(reduction=reduction, **fkw),
+            getattr(torch.nn, name)(reduction=reduction, **kw),
+            *inputs,
+            grad=grad,
+            grad_args=grad_args,
+        )
 
 
 def _probs(*shape, seed=0):
@@ -562,13 +672,26 @@ def test_ctc_loss():
     targets = np.array([[1, 2, 2, 3], [4, 1, 0, 0], [2, 3, 4, 1]])
     in_lens, tgt_lens = np.array([12, 10, 8]), np.array([4, 2, 3])
     for reduction in ("mean", "sum", "none"):
-        check_parity(through_log_softmax(flow, nn.CTCLoss(reduction=reduction)),
-                     through_log_softmax(torch, torch.nn.CTCLoss(reduction=reduction)), logits, targets, in_lens,
-                     tgt_lens, rtol=1e-4, atol=1e-5)
+        check_parity(
+            through_log_softmax(flow, nn.CTCLoss(reduction=reduction)),
+            through_log_softmax(torch, torch.nn.CTCLoss(reduction=reduction)),
+            logits,
+            targets,
+            in_lens,
+            tgt_lens,
+            rtol=1e-4,
+            atol=1e-5,
+        )
     short = np.array([12, 2, 8])  # sample 1 cannot fit its target: infinite loss, zeroed
-    check_parity(through_log_softmax(flow, nn.CTCLoss(blank=4, zero_infinity=True)),
-                 through_log_softmax(torch, torch.nn.CTCLoss(blank=4, zero_infinity=True)), logits,
-                 np.array([[1, 2, 2, 3], [0, 1, 2, 0], [2, 3, 0, 1]]), short, np.array([4, 3, 3]), atol=1e-5)
+    check_parity(
+        through_log_softmax(flow, nn.CTCLoss(blank=4, zero_infinity=True)),
+        through_log_softmax(torch, torch.nn.CTCLoss(blank=4, zero_infinity=True)),
+        logits,
+        np.array([[1, 2, 2, 3], [0, 1, 2, 0], [2, 3, 0, 1]]),
+        short,
+        np.array([4, 3, 3]),
+        atol=1e-5,
+    )
 
 
 def test_other_losses():
@@ -595,8 +718,17 @@ def test_loss_repr_and_weight_buffer():
 def test_layers_train_with_gradients():
     """A small conv net with every common layer trains (loss decreases) with plain SGD."""
     flow.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Flatten(), nn.Linear(4 * 4 * 4, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 3))
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 4 * 4, 16),
+        nn.GELU(),
+        nn.Dropout(0.1),
+        nn.Linear(16, 3),
+    )
     x = flow.randn(16, 1, 8, 8)
     y = flow.tensor(np.arange(16) % 3)
     loss_fn = nn.CrossEntropyLoss()

@@ -190,17 +190,37 @@ def test_products_vs_torch(torch, name, ff, tf, shapes):
 
 
 ADDS = [
-    ("addmm", lambda i, a, b: flow.addmm(i, a, b), lambda i, a, b: torch_mod().addmm(i, a, b),
-     [(3, 2), (3, 4), (4, 2)]),
-    ("addmm_scaled", lambda i, a, b: i.addmm(a, b, beta=0.5, alpha=-2.0),
-     lambda i, a, b: i.addmm(a, b, beta=0.5, alpha=-2.0), [(2,), (3, 4), (4, 2)]),
-    ("addmm_beta0", lambda i, a, b: flow.addmm(i, a, b, beta=0), lambda i, a, b: torch_mod().addmm(i, a, b, beta=0),
-     [(1, 2), (3, 4), (4, 2)]),
-    ("addmv", lambda i, a, b: flow.addmv(i, a, b, alpha=3.0), lambda i, a, b: torch_mod().addmv(i, a, b, alpha=3.0),
-     [(3,), (3, 4), (4,)]),
+    (
+        "addmm",
+        lambda i, a, b: flow.addmm(i, a, b),
+        lambda i, a, b: torch_mod().addmm(i, a, b),
+        [(3, 2), (3, 4), (4, 2)],
+    ),
+    (
+        "addmm_scaled",
+        lambda i, a, b: i.addmm(a, b, beta=0.5, alpha=-2.0),
+        lambda i, a, b: i.addmm(a, b, beta=0.5, alpha=-2.0),
+        [(2,), (3, 4), (4, 2)],
+    ),
+    (
+        "addmm_beta0",
+        lambda i, a, b: flow.addmm(i, a, b, beta=0),
+        lambda i, a, b: torch_mod().addmm(i, a, b, beta=0),
+        [(1, 2), (3, 4), (4, 2)],
+    ),
+    (
+        "addmv",
+        lambda i, a, b: flow.addmv(i, a, b, alpha=3.0),
+        lambda i, a, b: torch_mod().addmv(i, a, b, alpha=3.0),
+        [(3,), (3, 4), (4,)],
+    ),
     ("addr", lambda i, a, b: i.addr(a, b, beta=2.0), lambda i, a, b: i.addr(a, b, beta=2.0), [(3, 4), (3,), (4,)]),
-    ("baddbmm", lambda i, a, b: flow.baddbmm(i, a, b, beta=0.5), lambda i, a, b: torch_mod().baddbmm(i, a, b, beta=0.5),
-     [(2, 3, 2), (2, 3, 4), (2, 4, 2)]),
+    (
+        "baddbmm",
+        lambda i, a, b: flow.baddbmm(i, a, b, beta=0.5),
+        lambda i, a, b: torch_mod().baddbmm(i, a, b, beta=0.5),
+        [(2, 3, 2), (2, 3, 4), (2, 4, 2)],
+    ),
     ("addbmm", lambda i, a, b: i.addbmm(a, b), lambda i, a, b: i.addbmm(a, b), [(3, 2), (2, 3, 4), (2, 4, 2)]),
 ]
 

@@ -17,8 +17,9 @@ from flow.testing import opcheck
 RNG = np.random.default_rng(2)
 
 
-@pytest.mark.parametrize("op", ["cross_entropy", "cross_entropy_backward", "nll_loss", "nll_loss_backward",
-                                "ctc_loss", "ctc_loss_backward"])
+@pytest.mark.parametrize(
+    "op", ["cross_entropy", "cross_entropy_backward", "nll_loss", "nll_loss_backward", "ctc_loss", "ctc_loss_backward"]
+)
 def test_opcheck(op):
     assert opcheck(op)["samples"] > 0
 
@@ -135,14 +136,27 @@ def test_cross_entropy_nll_against_torch(shape, tshape, reduction, dtype):
         for weight in (None, w):
             wf = None if weight is None else flow.tensor(weight)
             wt = None if weight is None else torch.tensor(weight)
-            compare(lambda x, t, wf=wf, ls=ls: F.cross_entropy(x, t, wf, reduction=reduction, label_smoothing=ls),
-                    lambda x, t, wt=wt, ls=ls: tf.cross_entropy(x, t, wt, reduction=reduction, label_smoothing=ls),
-                    [x], dtype, consts=[t])
-            compare(lambda x, t, wf=wf: F.nll_loss(x, t, wf, reduction=reduction),
-                    lambda x, t, wt=wt: tf.nll_loss(x, t, wt, reduction=reduction), [x], dtype, consts=[t])
-    compare(lambda x, t: F.cross_entropy(x, t, ignore_index=1, reduction=reduction),
-            lambda x, t: tf.cross_entropy(x, t, ignore_index=1, reduction=reduction), [x], dtype,
-            consts=[np.where(t < 0, 1, t)])
+            compare(
+                lambda x, t, wf=wf, ls=ls: F.cross_entropy(x, t, wf, reduction=reduction, label_smoothing=ls),
+                lambda x, t, wt=wt, ls=ls: tf.cross_entropy(x, t, wt, reduction=reduction, label_smoothing=ls),
+                [x],
+                dtype,
+                consts=[t],
+            )
+            compare(
+                lambda x, t, wf=wf: F.nll_loss(x, t, wf, reduction=reduction),
+                lambda x, t, wt=wt: tf.nll_loss(x, t, wt, reduction=reduction),
+                [x],
+                dtype,
+                consts=[t],
+            )
+    compare(
+        lambda x, t: F.cross_entropy(x, t, ignore_index=1, reduction=reduction),
+        lambda x, t: tf.cross_entropy(x, t, ignore_index=1, reduction=reduction),
+        [x],
+        dtype,
+        consts=[np.where(t < 0, 1, t)],
+    )
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
@@ -152,9 +166,13 @@ def test_cross_entropy_probabilities_against_torch(reduction):
     p = RNG.dirichlet(np.ones(5), (4, 3)).transpose(0, 2, 1)
     w = RNG.uniform(0.5, 2, 5)
     for ls in (0.0, 0.2):
-        compare(lambda x, p, ls=ls: F.cross_entropy(x, p, flow.tensor(w), reduction=reduction, label_smoothing=ls),
-                lambda x, p, ls=ls: torch.nn.functional.cross_entropy(x, p, torch.tensor(w), reduction=reduction,
-                                                               label_smoothing=ls), [x, p])
+        compare(
+            lambda x, p, ls=ls: F.cross_entropy(x, p, flow.tensor(w), reduction=reduction, label_smoothing=ls),
+            lambda x, p, ls=ls: torch.nn.functional.cross_entropy(
+                x, p, torch.tensor(w), reduction=reduction, label_smoothing=ls
+            ),
+            [x, p],
+        )
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
@@ -165,12 +183,13 @@ def test_cross_entropy_double_backward_against_torch(reduction):
     w = RNG.uniform(0.5, 2, 4)
     xf, xt = leaf(x), torch.tensor(x, requires_grad=True)
     a = F.cross_entropy(xf, flow.tensor(t), flow.tensor(w), reduction=reduction, label_smoothing=0.1)
-    b = torch.nn.functional.cross_entropy(xt, torch.tensor(t), torch.tensor(w), reduction=reduction,
-                                          label_smoothing=0.1)
+    b = torch.nn.functional.cross_entropy(
+        xt, torch.tensor(t), torch.tensor(w), reduction=reduction, label_smoothing=0.1
+    )
     (gf,) = flow.autograd.grad((a * a).sum(), [xf], create_graph=True)
     (gt,) = torch.autograd.grad((b * b).sum(), [xt], create_graph=True)
-    (gf ** 3).sum().backward()
-    (gt ** 3).sum().backward()
+    (gf**3).sum().backward()
+    (gt**3).sum().backward()
     np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-8, atol=1e-12)
 
 
@@ -199,10 +218,16 @@ LOSSES = [
     ("poisson", lambda f, a, b: f.poisson_nll_loss(a, b * 5, reduction=R, full=True), [XS, TS]),
     ("poisson_lin", lambda f, a, b: f.poisson_nll_loss(a, b, log_input=False, reduction=R), [XS, TS]),
     ("gaussian", lambda f, a, b, v: f.gaussian_nll_loss(a, b, v, full=True, reduction=R), [XS, TS, WS]),
-    ("multilabel_soft", lambda f, a: f.multilabel_soft_margin_loss(a, _t(f, (TS > 0.5) * 1.0), _t(f, WS[0]),
-                                                                   reduction=R), [XS]),
-    ("cosine_emb", lambda f, a, b: f.cosine_embedding_loss(a, b, _t(f, np.array([1, -1, 1, -1.0])), 0.1,
-                                                           reduction=R), [XS, TS]),
+    (
+        "multilabel_soft",
+        lambda f, a: f.multilabel_soft_margin_loss(a, _t(f, (TS > 0.5) * 1.0), _t(f, WS[0]), reduction=R),
+        [XS],
+    ),
+    (
+        "cosine_emb",
+        lambda f, a, b: f.cosine_embedding_loss(a, b, _t(f, np.array([1, -1, 1, -1.0])), 0.1, reduction=R),
+        [XS, TS],
+    ),
     ("triplet", lambda f, a, b, c: f.triplet_margin_loss(a, b, c, swap=True, reduction=R), [XS, TS, WS]),
 ]
 R = "mean"
@@ -230,12 +255,22 @@ def test_bce_against_torch(reduction, dtype):
     torch = torch_or_skip()
     tf = torch.nn.functional
     w, pw = WS.astype(dtype), RNG.uniform(0.5, 2, 5).astype(dtype)
-    compare(lambda a, b: F.binary_cross_entropy(a, b, flow.tensor(w), reduction=reduction),
-            lambda a, b: tf.binary_cross_entropy(a, b, torch.tensor(w), reduction=reduction), [XS, TS], dtype)
-    compare(lambda a, b: F.binary_cross_entropy_with_logits(a, b, flow.tensor(w), reduction=reduction,
-                                                            pos_weight=flow.tensor(pw)),
-            lambda a, b: tf.binary_cross_entropy_with_logits(a, b, torch.tensor(w), reduction=reduction,
-                                                             pos_weight=torch.tensor(pw)), [XS * 60 - 30, TS], dtype)
+    compare(
+        lambda a, b: F.binary_cross_entropy(a, b, flow.tensor(w), reduction=reduction),
+        lambda a, b: tf.binary_cross_entropy(a, b, torch.tensor(w), reduction=reduction),
+        [XS, TS],
+        dtype,
+    )
+    compare(
+        lambda a, b: F.binary_cross_entropy_with_logits(
+            a, b, flow.tensor(w), reduction=reduction, pos_weight=flow.tensor(pw)
+        ),
+        lambda a, b: tf.binary_cross_entropy_with_logits(
+            a, b, torch.tensor(w), reduction=reduction, pos_weight=torch.tensor(pw)
+        ),
+        [XS * 60 - 30, TS],
+        dtype,
+    )
 
 
 def test_bce_stability_and_errors():
@@ -272,14 +307,22 @@ def test_distances_against_torch():
     torch = torch_or_skip()
     tf = torch.nn.functional
     x = RNG.standard_normal((4, 6, 3))
-    compare(lambda a, b: F.cosine_similarity(a, b, 1), lambda a, b: tf.cosine_similarity(a, b, 1),
-            [x, RNG.standard_normal((6, 1))])
+    compare(
+        lambda a, b: F.cosine_similarity(a, b, 1),
+        lambda a, b: tf.cosine_similarity(a, b, 1),
+        [x, RNG.standard_normal((6, 1))],
+    )
     for p in (2.0, 1.0, 3.0):
-        compare(lambda a, b, p=p: F.pairwise_distance(a, b, p), lambda a, b, p=p: tf.pairwise_distance(a, b, p),
-                [RNG.standard_normal((5, 4)), RNG.standard_normal((5, 4))])
-        compare(lambda a, b, p=p: F.pairwise_distance(a, b, p, keepdim=True),
-                lambda a, b, p=p: tf.pairwise_distance(a, b, p, keepdim=True),
-                [RNG.standard_normal((5, 4)), RNG.standard_normal((4,))])
+        compare(
+            lambda a, b, p=p: F.pairwise_distance(a, b, p),
+            lambda a, b, p=p: tf.pairwise_distance(a, b, p),
+            [RNG.standard_normal((5, 4)), RNG.standard_normal((5, 4))],
+        )
+        compare(
+            lambda a, b, p=p: F.pairwise_distance(a, b, p, keepdim=True),
+            lambda a, b, p=p: tf.pairwise_distance(a, b, p, keepdim=True),
+            [RNG.standard_normal((5, 4)), RNG.standard_normal((4,))],
+        )
 
 
 # -- ctc ------------------------------------------------------------------------------------------------------------
@@ -299,15 +342,25 @@ def test_ctc_against_torch(reduction, dtype):
     x, tg, il, tl = _ctc_case()
     # gradients compared through log_softmax: PyTorch's kernel returns the gradient w.r.t. the logits of a
     # log_softmax (it adds exp(log_probs)); after log_softmax both agree
-    compare(lambda a: F.ctc_loss(F.log_softmax(a, 2), flow.tensor(tg), flow.tensor(il), flow.tensor(tl),
-                                 reduction=reduction),
-            lambda a: tf.ctc_loss(tf.log_softmax(a, 2), torch.tensor(tg), torch.tensor(il), torch.tensor(tl),
-                                  reduction=reduction), [x], dtype)
-    flat = np.concatenate([tg[i, :tl[i]] for i in range(4)])
-    compare(lambda a: F.ctc_loss(F.log_softmax(a, 2), flow.tensor(flat), tuple(il), tuple(tl), blank=0,
-                                 reduction=reduction),
-            lambda a: tf.ctc_loss(tf.log_softmax(a, 2), torch.tensor(flat), tuple(il), tuple(tl), reduction=reduction),
-            [x], dtype)
+    compare(
+        lambda a: F.ctc_loss(
+            F.log_softmax(a, 2), flow.tensor(tg), flow.tensor(il), flow.tensor(tl), reduction=reduction
+        ),
+        lambda a: tf.ctc_loss(
+            tf.log_softmax(a, 2), torch.tensor(tg), torch.tensor(il), torch.tensor(tl), reduction=reduction
+        ),
+        [x],
+        dtype,
+    )
+    flat = np.concatenate([tg[i, : tl[i]] for i in range(4)])
+    compare(
+        lambda a: F.ctc_loss(
+            F.log_softmax(a, 2), flow.tensor(flat), tuple(il), tuple(tl), blank=0, reduction=reduction
+        ),
+        lambda a: tf.ctc_loss(tf.log_softmax(a, 2), torch.tensor(flat), tuple(il), tuple(tl), reduction=reduction),
+        [x],
+        dtype,
+    )
 
 
 def test_ctc_blank_zero_infinity_unbatched():
@@ -315,20 +368,40 @@ def test_ctc_blank_zero_infinity_unbatched():
     tf = torch.nn.functional
     x, tg, il, tl = _ctc_case()
     tg2 = RNG.integers(0, 5, (4, 5))
-    compare(lambda a: F.ctc_loss(F.log_softmax(a, 2), flow.tensor(tg2), flow.tensor(il), flow.tensor(tl), blank=5),
-            lambda a: tf.ctc_loss(tf.log_softmax(a, 2), torch.tensor(tg2), torch.tensor(il), torch.tensor(tl), blank=5),
-            [x])
+    compare(
+        lambda a: F.ctc_loss(F.log_softmax(a, 2), flow.tensor(tg2), flow.tensor(il), flow.tensor(tl), blank=5),
+        lambda a: tf.ctc_loss(tf.log_softmax(a, 2), torch.tensor(tg2), torch.tensor(il), torch.tensor(tl), blank=5),
+        [x],
+    )
     short = np.array([2, 10, 7, 12])  # sample 0 cannot be aligned: infinite loss, zeroed
-    compare(lambda a: F.ctc_loss(F.log_softmax(a, 2), flow.tensor(tg), flow.tensor(short), flow.tensor(tl),
-                                 zero_infinity=True, reduction="none"),
-            lambda a: tf.ctc_loss(tf.log_softmax(a, 2), torch.tensor(tg), torch.tensor(short), torch.tensor(tl),
-                                  zero_infinity=True, reduction="none"), [x])
-    inf = F.ctc_loss(flow.tensor(x).log_softmax(2), flow.tensor(tg), flow.tensor(short), flow.tensor(tl),
-                     reduction="none")
+    compare(
+        lambda a: F.ctc_loss(
+            F.log_softmax(a, 2),
+            flow.tensor(tg),
+            flow.tensor(short),
+            flow.tensor(tl),
+            zero_infinity=True,
+            reduction="none",
+        ),
+        lambda a: tf.ctc_loss(
+            tf.log_softmax(a, 2),
+            torch.tensor(tg),
+            torch.tensor(short),
+            torch.tensor(tl),
+            zero_infinity=True,
+            reduction="none",
+        ),
+        [x],
+    )
+    inf = F.ctc_loss(
+        flow.tensor(x).log_softmax(2), flow.tensor(tg), flow.tensor(short), flow.tensor(tl), reduction="none"
+    )
     assert np.isinf(inf.numpy()[0])
-    compare(lambda a: F.ctc_loss(F.log_softmax(a, 1), flow.tensor(tg[0]), 12, 5),
-            lambda a: tf.ctc_loss(tf.log_softmax(a, 1), torch.tensor(tg[0]), torch.tensor(12), torch.tensor(5)),
-            [x[:, 0]])
+    compare(
+        lambda a: F.ctc_loss(F.log_softmax(a, 1), flow.tensor(tg[0]), 12, 5),
+        lambda a: tf.ctc_loss(tf.log_softmax(a, 1), torch.tensor(tg[0]), torch.tensor(12), torch.tensor(5)),
+        [x[:, 0]],
+    )
 
 
 def test_ctc_gradient_is_the_derivative_of_the_loss():
@@ -336,8 +409,10 @@ def test_ctc_gradient_is_the_derivative_of_the_loss():
     lp = F.log_softmax(flow.tensor(x[:6, :2]), 2).detach().requires_grad_(True)
     from flow.testing import gradcheck
 
-    assert gradcheck(lambda a: F.ctc_loss(a, flow.tensor(tg[:2, :2]), flow.tensor([6, 5]), flow.tensor([2, 1]),
-                                          reduction="sum"), [lp])
+    assert gradcheck(
+        lambda a: F.ctc_loss(a, flow.tensor(tg[:2, :2]), flow.tensor([6, 5]), flow.tensor([2, 1]), reduction="sum"),
+        [lp],
+    )
     with pytest.raises(OpIndexError, match="ctc_loss"):
         F.ctc_loss(lp, flow.tensor([[0, 1], [1, 1]]), flow.tensor([6, 5]), flow.tensor([2, 1]))
     with pytest.raises(OpError, match="input_lengths"):

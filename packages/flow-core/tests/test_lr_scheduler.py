@@ -26,7 +26,7 @@ def torch_opt(cls_name="SGD", **kw):
 
 
 def _lam(e):
-    return 0.95 ** e
+    return 0.95**e
 
 
 CASES = {
@@ -39,11 +39,18 @@ CASES = {
     "LinearLR": lambda m, o: m.LinearLR(o, start_factor=0.2, end_factor=0.9, total_iters=30),
     "ConstantLR": lambda m, o: m.ConstantLR(o, factor=0.5, total_iters=10),
     "OneCycleLR": lambda m, o: m.OneCycleLR(o, max_lr=[1.0, 0.5], total_steps=N_STEPS + 1),
-    "OneCycleLR-3phase-linear": lambda m, o: m.OneCycleLR(o, max_lr=0.3, epochs=11, steps_per_epoch=11,
-                                                          three_phase=True, anneal_strategy="linear"),
+    "OneCycleLR-3phase-linear": lambda m, o: m.OneCycleLR(
+        o, max_lr=0.3, epochs=11, steps_per_epoch=11, three_phase=True, anneal_strategy="linear"
+    ),
     "SequentialLR": lambda m, o: m.SequentialLR(
-        o, [m.LinearLR(o, start_factor=0.1, total_iters=10), m.ExponentialLR(o, gamma=0.9),
-            m.CosineAnnealingLR(o, T_max=30)], milestones=[10, 50]),
+        o,
+        [
+            m.LinearLR(o, start_factor=0.1, total_iters=10),
+            m.ExponentialLR(o, gamma=0.9),
+            m.CosineAnnealingLR(o, T_max=30),
+        ],
+        milestones=[10, 50],
+    ),
 }
 
 
@@ -80,8 +87,10 @@ def test_matches_torch(name, opt_name):
 def test_reduce_lr_on_plateau_matches_torch():
     tm = torch_mod()
     metrics = [1.0, 0.9, 0.9, 0.95, 0.91, 0.9, 0.89999, 0.8, 0.8, 0.8, 0.8, 0.8, 0.81, 0.7] * 5
-    for kw in [dict(patience=2), dict(mode="max", factor=0.5, patience=1, cooldown=2, threshold_mode="abs",
-                                      threshold=0.01, min_lr=[0.01, 0.02])]:
+    for kw in [
+        dict(patience=2),
+        dict(mode="max", factor=0.5, patience=1, cooldown=2, threshold_mode="abs", threshold=0.01, min_lr=[0.01, 0.02]),
+    ]:
         fo, to = flow_opt(), torch_opt()
         fs, ts = S.ReduceLROnPlateau(fo, **kw), tm.ReduceLROnPlateau(to, **kw)
         for m in metrics:
@@ -91,8 +100,9 @@ def test_reduce_lr_on_plateau_matches_torch():
             assert fs.num_bad_epochs == ts.num_bad_epochs and fs.cooldown_counter == ts.cooldown_counter
 
 
-@pytest.mark.parametrize("name", ["StepLR", "MultiStepLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR",
-                                  "LinearLR", "LambdaLR"])
+@pytest.mark.parametrize(
+    "name", ["StepLR", "MultiStepLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR", "LinearLR", "LambdaLR"]
+)
 def test_state_dict_resume_through_checkpoint(name, tmp_path):
     from flow.serialization import load, save
 

@@ -85,10 +85,25 @@ def test_parameter_gradient_flows():
 # -- registration -------------------------------------------------------------------------
 def test_setattr_registers_parameters_buffers_modules():
     m = Net()
-    assert [n for n, _ in m.named_parameters()] == ["a.weight", "a.bias", "b.weight", "blocks.0.weight",
-                                                   "blocks.0.bias", "blocks.1.weight", "blocks.1.bias"]
-    assert [n for n, _ in m.named_buffers()] == ["a.calls", "a.scratch", "b.calls", "b.scratch", "blocks.0.calls",
-                                                "blocks.0.scratch", "blocks.1.calls", "blocks.1.scratch"]
+    assert [n for n, _ in m.named_parameters()] == [
+        "a.weight",
+        "a.bias",
+        "b.weight",
+        "blocks.0.weight",
+        "blocks.0.bias",
+        "blocks.1.weight",
+        "blocks.1.bias",
+    ]
+    assert [n for n, _ in m.named_buffers()] == [
+        "a.calls",
+        "a.scratch",
+        "b.calls",
+        "b.scratch",
+        "blocks.0.calls",
+        "blocks.0.scratch",
+        "blocks.1.calls",
+        "blocks.1.scratch",
+    ]
     assert [n for n, _ in m.named_modules()] == ["", "a", "b", "blocks", "blocks.0", "blocks.1"]
     assert [n for n, _ in m.named_children()] == ["a", "b", "blocks"]
     assert len(list(m.parameters())) == 7 and len(list(m.parameters(recurse=False))) == 0
@@ -145,6 +160,7 @@ def test_register_methods_validate():
     with pytest.raises(TypeError):
         m.add_module("bad", 3)
     with pytest.raises(AttributeError, match="before Module.__init__"):
+
         class Early(nn.Module):
             def __init__(self):
                 self.p = nn.Parameter(flow.ones(1))
@@ -189,7 +205,7 @@ def test_get_submodule_parameter_buffer():
 
 # -- call, hooks --------------------------------------------------------------------------
 def test_forward_missing_raises():
-    with pytest.raises(NotImplementedError, match="missing the required \"forward\""):
+    with pytest.raises(NotImplementedError, match='missing the required "forward"'):
         nn.Module()(1)
 
 
@@ -254,8 +270,10 @@ def test_global_forward_hooks():
 
     names = []
     m = Net()
-    with register_module_forward_pre_hook(lambda mod, a: names.append(type(mod).__name__)), \
-            register_module_forward_hook(lambda mod, a, out: None):
+    with (
+        register_module_forward_pre_hook(lambda mod, a: names.append(type(mod).__name__)),
+        register_module_forward_hook(lambda mod, a, out: None),
+    ):
         m(flow.randn(1, 3))
     assert names == ["Net", "Affine", "Affine", "Affine", "Affine"]
     m(flow.randn(1, 3))
@@ -329,8 +347,19 @@ def test_state_dict_contents_and_detach():
     m = Net()
     sd = m.state_dict()
     assert isinstance(sd, OrderedDict)
-    assert list(sd) == ["a.weight", "a.bias", "a.calls", "b.weight", "b.calls", "blocks.0.weight", "blocks.0.bias",
-                        "blocks.0.calls", "blocks.1.weight", "blocks.1.bias", "blocks.1.calls"]
+    assert list(sd) == [
+        "a.weight",
+        "a.bias",
+        "a.calls",
+        "b.weight",
+        "b.calls",
+        "blocks.0.weight",
+        "blocks.0.bias",
+        "blocks.0.calls",
+        "blocks.1.weight",
+        "blocks.1.bias",
+        "blocks.1.calls",
+    ]
     assert not sd["a.weight"].requires_grad and not isinstance(sd["a.weight"], nn.Parameter)
     # detached values share storage with the parameters
     with flow.no_grad():
@@ -358,8 +387,11 @@ def test_state_dict_round_trip():
 
 def test_load_state_dict_numpy_arrays_and_cast():
     m = Affine(2, 3)
-    sd = {"weight": np.arange(6, dtype=np.float64).reshape(3, 2), "bias": np.ones(3, np.float32),
-          "calls": np.array(7.0)}
+    sd = {
+        "weight": np.arange(6, dtype=np.float64).reshape(3, 2),
+        "bias": np.ones(3, np.float32),
+        "calls": np.array(7.0),
+    }
     m.load_state_dict(sd)
     assert m.weight.dtype == flow.float32
     np.testing.assert_array_equal(m.weight.detach().numpy(), sd["weight"])
@@ -417,8 +449,11 @@ def test_load_state_dict_shape_mismatch_always_raises():
     sd = m.state_dict()
     sd["weight"] = flow.zeros(3, 3)
     for strict in (True, False):
-        with pytest.raises(RuntimeError, match=r"size mismatch for weight: copying a param with shape \[3, 3\] from "
-                                               r"checkpoint, the shape in current model is \[3, 2\]"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"size mismatch for weight: copying a param with shape \[3, 3\] from "
+            r"checkpoint, the shape in current model is \[3, 2\]",
+        ):
             m.load_state_dict(sd, strict=strict)
     with pytest.raises(TypeError):
         m.load_state_dict([1, 2])
@@ -455,13 +490,7 @@ def test_deepcopy_and_pickle_module():
 def test_repr_nested():
     m = Net()
     assert repr(m) == (
-        "Net(\n"
-        "  (a): Affine(3, 4)\n"
-        "  (b): Affine(4, 2)\n"
-        "  (blocks): ModuleList(\n"
-        "    (0-1): 2 x Affine(2, 2)\n"
-        "  )\n"
-        ")"
+        "Net(\n  (a): Affine(3, 4)\n  (b): Affine(4, 2)\n  (blocks): ModuleList(\n    (0-1): 2 x Affine(2, 2)\n  )\n)"
     )
     assert repr(nn.Module()) == "Module()"
     assert repr(nn.ModuleList()) == "ModuleList()"
@@ -471,11 +500,18 @@ def test_repr_matches_torch_for_containers():
     torch = pytest.importorskip("torch")
     if not hasattr(nn, "Linear"):
         pytest.skip("nn.Linear missing")
-    f = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3), nn.Tanh()]),
-                      nn.ModuleDict({"x": nn.Sigmoid()}))
-    t = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(),
-                            torch.nn.ModuleList([torch.nn.Linear(3, 3), torch.nn.Linear(3, 3), torch.nn.Tanh()]),
-                            torch.nn.ModuleDict({"x": torch.nn.Sigmoid()}))
+    f = nn.Sequential(
+        nn.Linear(2, 3),
+        nn.ReLU(),
+        nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3), nn.Tanh()]),
+        nn.ModuleDict({"x": nn.Sigmoid()}),
+    )
+    t = torch.nn.Sequential(
+        torch.nn.Linear(2, 3),
+        torch.nn.ReLU(),
+        torch.nn.ModuleList([torch.nn.Linear(3, 3), torch.nn.Linear(3, 3), torch.nn.Tanh()]),
+        torch.nn.ModuleDict({"x": torch.nn.Sigmoid()}),
+    )
     assert repr(f) == repr(t)
 
 
@@ -593,8 +629,7 @@ def test_clip_grad_norm(norm_type):
     g1, g2 = np.array([3.0, -4.0]), np.array([[1.0, 2.0], [-2.0, 0.5]])
     ps = _with_grads(g1, g2)
     flat = np.concatenate([g1.ravel(), g2.ravel()])
-    expected = np.abs(flat).max() if norm_type == float("inf") else (np.abs(flat) ** norm_type).sum() ** (
-        1 / norm_type)
+    expected = np.abs(flat).max() if norm_type == float("inf") else (np.abs(flat) ** norm_type).sum() ** (1 / norm_type)
     total = nn.utils.clip_grad_norm_(ps, max_norm=1.0, norm_type=norm_type)
     assert isinstance(total, flow.Tensor)
     assert total.item() == pytest.approx(expected, rel=1e-5)
@@ -639,8 +674,9 @@ def test_parameters_vector_round_trip():
     vec = nn.utils.parameters_to_vector(m.parameters())
     n = sum(p.numel() for p in m.parameters())
     assert vec.shape == (n,)
-    np.testing.assert_array_equal(vec.detach().numpy(),
-                                  np.concatenate([p.detach().numpy().ravel() for p in m.parameters()]))
+    np.testing.assert_array_equal(
+        vec.detach().numpy(), np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
+    )
     params = list(m.parameters())
     new = flow.arange(n, dtype=flow.float32)
     nn.utils.vector_to_parameters(new, m.parameters())

@@ -12,8 +12,25 @@ import flow
 from flow.errors import FlowError, OpError, OpIndexError, OpTypeError
 from flow.testing import gradcheck, opcheck
 
-OPS = ["reshape", "permute", "expand", "basic_index", "basic_index_put", "split", "unbind", "diagonal",
-       "diagonal_backward", "cat", "stack", "flip", "roll", "tril", "triu", "one_hot", "constant_pad"]
+OPS = [
+    "reshape",
+    "permute",
+    "expand",
+    "basic_index",
+    "basic_index_put",
+    "split",
+    "unbind",
+    "diagonal",
+    "diagonal_backward",
+    "cat",
+    "stack",
+    "flip",
+    "roll",
+    "tril",
+    "triu",
+    "one_hot",
+    "constant_pad",
+]
 
 
 def rand(shape, seed=0, low=-2.0, high=2.0):
@@ -241,19 +258,41 @@ def test_cat_stack_vs_numpy_and_promotion():
 
 
 def test_cat_stack_vs_torch(torch):
-    check_vs_torch(torch, lambda a, b, c: flow.cat([a, b, c], 1), lambda a, b, c: torch.cat([a, b, c], 1),
-                   rand((2, 1, 3), 1), rand((2, 4, 3), 2), rand((2, 0, 3), 3))
-    check_vs_torch(torch, lambda a, b: flow.stack((a, b), -2), lambda a, b: torch.stack((a, b), -2),
-                   rand((2, 3), 1), rand((2, 3), 2))
+    check_vs_torch(
+        torch,
+        lambda a, b, c: flow.cat([a, b, c], 1),
+        lambda a, b, c: torch.cat([a, b, c], 1),
+        rand((2, 1, 3), 1),
+        rand((2, 4, 3), 2),
+        rand((2, 0, 3), 3),
+    )
+    check_vs_torch(
+        torch,
+        lambda a, b: flow.stack((a, b), -2),
+        lambda a, b: torch.stack((a, b), -2),
+        rand((2, 3), 1),
+        rand((2, 3), 2),
+    )
     check_vs_torch(torch, lambda a, b: flow.hstack([a, b]), lambda a, b: torch.hstack([a, b]), rand(3, 1), rand(2, 2))
     check_vs_torch(torch, lambda a, b: flow.vstack([a, b]), lambda a, b: torch.vstack([a, b]), rand(3, 1), rand(3, 2))
-    check_vs_torch(torch, lambda a, b: flow.dstack([a, b]), lambda a, b: torch.dstack([a, b]),
-                   rand((2, 3), 1), rand((2, 3), 2))
-    check_vs_torch(torch, lambda a, b: flow.column_stack([a, b]), lambda a, b: torch.column_stack([a, b]),
-                   rand(3, 1), rand((3, 2), 2))
+    check_vs_torch(
+        torch, lambda a, b: flow.dstack([a, b]), lambda a, b: torch.dstack([a, b]), rand((2, 3), 1), rand((2, 3), 2)
+    )
+    check_vs_torch(
+        torch,
+        lambda a, b: flow.column_stack([a, b]),
+        lambda a, b: torch.column_stack([a, b]),
+        rand(3, 1),
+        rand((3, 2), 2),
+    )
     # an int tensor in the list gets no gradient, the float one does
-    check_vs_torch(torch, lambda a, b: flow.cat([a, b]), lambda a, b: torch.cat([a, b]),
-                   rand((2, 2), 1), np.arange(4).reshape(2, 2))
+    check_vs_torch(
+        torch,
+        lambda a, b: flow.cat([a, b]),
+        lambda a, b: torch.cat([a, b]),
+        rand((2, 2), 1),
+        np.arange(4).reshape(2, 2),
+    )
 
 
 def test_cat_stack_errors():
@@ -299,8 +338,11 @@ REARRANGE = [
     ("rot90_3", lambda x: flow.rot90(x, -1, (0, 2)), lambda x: x.rot90(-1, (0, 2))),
     ("repeat_interleave", lambda x: x.repeat_interleave(2, 1), lambda x: x.repeat_interleave(2, 1)),
     ("repeat_interleave_flat", lambda x: flow.repeat_interleave(x, 2), lambda x: x.repeat_interleave(2)),
-    ("repeat_interleave_t", lambda x: x.repeat_interleave(flow.tensor([1, 0, 2]), 1),
-     lambda x: x.repeat_interleave(torch_mod().tensor([1, 0, 2]), 1)),
+    (
+        "repeat_interleave_t",
+        lambda x: x.repeat_interleave(flow.tensor([1, 0, 2]), 1),
+        lambda x: x.repeat_interleave(torch_mod().tensor([1, 0, 2]), 1),
+    ),
     ("diagonal_embed", lambda x: flow.diag_embed(x), lambda x: torch_mod().diag_embed(x)),
     ("diag_embed_off", lambda x: x.diag_embed(-1, 0, 2), lambda x: x.diag_embed(-1, 0, 2)),
 ]
@@ -363,10 +405,18 @@ def test_rearrange_errors():
 
 # ---------------------------------------------------------------------------------------------
 # pad
-PADS = [((1, 2), "constant"), ((2, 1, 1, 0), "constant"), ((1, -1, -1, 2), "constant"),
-        ((0, 0, 0, 0, 1, 1), "constant"),
-        ((2, 1), "reflect"), ((1, 2, 2, 1), "reflect"), ((3, 0), "replicate"), ((1, 2, 3, 1), "replicate"),
-        ((2, 3), "circular"), ((1, 2, 3, 0), "circular")]
+PADS = [
+    ((1, 2), "constant"),
+    ((2, 1, 1, 0), "constant"),
+    ((1, -1, -1, 2), "constant"),
+    ((0, 0, 0, 0, 1, 1), "constant"),
+    ((2, 1), "reflect"),
+    ((1, 2, 2, 1), "reflect"),
+    ((3, 0), "replicate"),
+    ((1, 2, 3, 1), "replicate"),
+    ((2, 3), "circular"),
+    ((1, 2, 3, 0), "circular"),
+]
 
 
 @pytest.mark.parametrize("pad,mode", PADS)
@@ -376,8 +426,12 @@ def test_pad_vs_torch(torch, pad, mode):
     kw = {"value": 1.5} if mode == "constant" else {}
     # PyTorch's non-constant modes want (N, C, *spatial) inputs with one spatial dim per padded dim
     shape = (2, 3, 4, 5) if mode == "constant" else (2, 3, 4, 5)[: 2 + len(pad) // 2]
-    check_vs_torch(torch, lambda x: flow.pad(x, pad, mode=mode, **kw), lambda x: F.pad(x, pad, mode=mode, **kw),
-                   rand(shape, seed=6))
+    check_vs_torch(
+        torch,
+        lambda x: flow.pad(x, pad, mode=mode, **kw),
+        lambda x: F.pad(x, pad, mode=mode, **kw),
+        rand(shape, seed=6),
+    )
 
 
 @pytest.mark.parametrize("pad,mode", PADS[:2] + [((2, 1), "reflect"), ((3, 0), "replicate"), ((2, 3), "circular")])
@@ -433,18 +487,35 @@ def test_broadcast_vs_numpy_and_views():
 
 
 def test_broadcast_vs_torch(torch):
-    check_vs_torch(torch, lambda x, y: flow.broadcast_tensors(x, y), lambda x, y: torch.broadcast_tensors(x, y),
-                   rand((3, 1), 1), rand((2, 1, 4), 2))
-    check_vs_torch(torch, lambda x: flow.broadcast_to(x, (2, 3, 4)), lambda x: torch.broadcast_to(x, (2, 3, 4)),
-                   rand((3, 1), 1))
+    check_vs_torch(
+        torch,
+        lambda x, y: flow.broadcast_tensors(x, y),
+        lambda x, y: torch.broadcast_tensors(x, y),
+        rand((3, 1), 1),
+        rand((2, 1, 4), 2),
+    )
+    check_vs_torch(
+        torch, lambda x: flow.broadcast_to(x, (2, 3, 4)), lambda x: torch.broadcast_to(x, (2, 3, 4)), rand((3, 1), 1)
+    )
 
 
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
 def test_meshgrid_vs_torch(torch, indexing):
-    check_vs_torch(torch, lambda a, b, c: flow.meshgrid(a, b, c, indexing=indexing),
-                   lambda a, b, c: torch.meshgrid(a, b, c, indexing=indexing), rand(2, 1), rand(3, 2), rand(4, 3))
-    check_vs_torch(torch, lambda a, b: flow.meshgrid([a, b], indexing=indexing),
-                   lambda a, b: torch.meshgrid([a, b], indexing=indexing), rand(2, 1), rand(3, 2))
+    check_vs_torch(
+        torch,
+        lambda a, b, c: flow.meshgrid(a, b, c, indexing=indexing),
+        lambda a, b, c: torch.meshgrid(a, b, c, indexing=indexing),
+        rand(2, 1),
+        rand(3, 2),
+        rand(4, 3),
+    )
+    check_vs_torch(
+        torch,
+        lambda a, b: flow.meshgrid([a, b], indexing=indexing),
+        lambda a, b: torch.meshgrid([a, b], indexing=indexing),
+        rand(2, 1),
+        rand(3, 2),
+    )
     ga, gb = flow.meshgrid(T(np.arange(2.0)), T(np.arange(3.0)), indexing=indexing)
     na, nb = np.meshgrid(np.arange(2.0), np.arange(3.0), indexing=indexing)
     np.testing.assert_array_equal(N(ga), na)

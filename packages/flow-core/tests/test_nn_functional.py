@@ -17,20 +17,63 @@ from flow.testing import opcheck
 RNG = np.random.default_rng(4)
 
 
-@pytest.mark.parametrize("op", ["embedding", "embedding_backward", "embedding_bag", "embedding_bag_backward",
-                                "embedding_bag_ids"])
+@pytest.mark.parametrize(
+    "op", ["embedding", "embedding_backward", "embedding_bag", "embedding_bag_backward", "embedding_bag_ids"]
+)
 def test_opcheck(op):
     assert opcheck(op)["samples"] > 0
 
 
 def test_torch_names_are_exported():
-    names = ["softmax", "log_softmax", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardswish",
-             "hardsigmoid", "mish", "silu", "softsign", "tanhshrink", "glu", "logsigmoid", "prelu", "threshold",
-             "normalize", "linear", "bilinear", "dropout", "dropout1d", "dropout2d", "alpha_dropout", "layer_norm",
-             "batch_norm", "group_norm", "instance_norm", "rms_norm", "local_response_norm", "embedding",
-             "embedding_bag", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-             "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "ctc_loss", "cosine_similarity",
-             "pairwise_distance", "margin_ranking_loss", "scaled_dot_product_attention"]
+    names = [
+        "softmax",
+        "log_softmax",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "celu",
+        "hardtanh",
+        "relu6",
+        "hardswish",
+        "hardsigmoid",
+        "mish",
+        "silu",
+        "softsign",
+        "tanhshrink",
+        "glu",
+        "logsigmoid",
+        "prelu",
+        "threshold",
+        "normalize",
+        "linear",
+        "bilinear",
+        "dropout",
+        "dropout1d",
+        "dropout2d",
+        "alpha_dropout",
+        "layer_norm",
+        "batch_norm",
+        "group_norm",
+        "instance_norm",
+        "rms_norm",
+        "local_response_norm",
+        "embedding",
+        "embedding_bag",
+        "cross_entropy",
+        "nll_loss",
+        "mse_loss",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "kl_div",
+        "ctc_loss",
+        "cosine_similarity",
+        "pairwise_distance",
+        "margin_ranking_loss",
+        "scaled_dot_product_attention",
+    ]
     missing = [n for n in names if not callable(getattr(F, n, None)) or n not in F.__all__]
     assert not missing
 
@@ -74,16 +117,16 @@ def test_feature_and_alpha_dropout():
     flow.manual_seed(3)
     y = F.dropout2d(flow.ones(4, 16, 3, 3), 0.5).numpy()
     per_channel = y.reshape(4, 16, 9)
-    assert ((per_channel == per_channel[..., :1]).all())  # whole channels kept or dropped
+    assert (per_channel == per_channel[..., :1]).all()  # whole channels kept or dropped
     assert set(np.unique(y)) <= {0.0, 2.0}
     y1 = F.dropout1d(flow.ones(5, 7), 0.5).numpy()  # unbatched (C, L)
-    assert ((y1 == y1[:, :1]).all())
+    assert (y1 == y1[:, :1]).all()
     x = flow.tensor(RNG.standard_normal(200000).astype(np.float32))
     z = F.alpha_dropout(x, 0.2, training=True).numpy()
     assert abs(z.mean()) < 0.02 and abs(z.var() - 1) < 0.03  # keeps zero mean, unit variance
     assert F.alpha_dropout(x, 0.2) is x  # training=False by default, as PyTorch
     f = F.feature_alpha_dropout(flow.ones(2, 8, 4), 0.5, training=True).numpy()
-    assert ((f == f[..., :1]).all())
+    assert (f == f[..., :1]).all()
 
 
 # -- embedding -------------------------------------------------------------------------------------------------------
@@ -121,10 +164,20 @@ def test_embedding_against_torch(dtype):
     idx = RNG.integers(0, 10, (3, 5))
     compare(lambda w, i: F.embedding(i, w), lambda w, i: tf.embedding(i, w), [w], dtype, consts=[idx])
     for pad in (int(idx[0, 0]), -3):
-        compare(lambda w, i, pad=pad: F.embedding(i, w, padding_idx=pad),
-                lambda w, i, pad=pad: tf.embedding(i, w, padding_idx=pad), [w], dtype, consts=[idx])
-    compare(lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
-            lambda w, i: tf.embedding(i, w, scale_grad_by_freq=True), [w], dtype, consts=[idx])
+        compare(
+            lambda w, i, pad=pad: F.embedding(i, w, padding_idx=pad),
+            lambda w, i, pad=pad: tf.embedding(i, w, padding_idx=pad),
+            [w],
+            dtype,
+            consts=[idx],
+        )
+    compare(
+        lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
+        lambda w, i: tf.embedding(i, w, scale_grad_by_freq=True),
+        [w],
+        dtype,
+        consts=[idx],
+    )
     wf, wt = flow.tensor(w.astype(dtype)), torch.tensor(w.astype(dtype))
     a = F.embedding(flow.tensor(idx), wf, max_norm=1.0)
     b = tf.embedding(torch.tensor(idx), wt, max_norm=1.0)
@@ -146,13 +199,20 @@ def test_embedding_bag_formula():
         np.testing.assert_allclose(m[b], w[rows].mean(0) if rows.size else 0, rtol=1e-12)
         np.testing.assert_allclose(mx[b], w[rows].max(0) if rows.size else 0, rtol=1e-12)
     psw = RNG.uniform(0.5, 1.5, 8)
-    ws = F.embedding_bag(flow.tensor(idx), flow.tensor(w), flow.tensor(offs), mode="sum",
-                         per_sample_weights=flow.tensor(psw), padding_idx=4).numpy()
+    ws = F.embedding_bag(
+        flow.tensor(idx),
+        flow.tensor(w),
+        flow.tensor(offs),
+        mode="sum",
+        per_sample_weights=flow.tensor(psw),
+        padding_idx=4,
+    ).numpy()
     keep = idx != 4
     np.testing.assert_allclose(ws[0], (w[idx[:3]] * (psw[:3] * keep[:3])[:, None]).sum(0), rtol=1e-12)
     # include_last_offset: CSR offsets (the last bag ends at the last offset)
-    last = F.embedding_bag(flow.tensor(idx), flow.tensor(w), flow.tensor(np.array([0, 3, 5, 7])), mode="sum",
-                           include_last_offset=True).numpy()
+    last = F.embedding_bag(
+        flow.tensor(idx), flow.tensor(w), flow.tensor(np.array([0, 3, 5, 7])), mode="sum", include_last_offset=True
+    ).numpy()
     np.testing.assert_allclose(last[2], w[idx[5:7]].sum(0), rtol=1e-12)
     with pytest.raises(OpError, match="per_sample_weights"):
         F.embedding_bag(flow.tensor(idx), flow.tensor(w), flow.tensor(offs), per_sample_weights=flow.tensor(psw))
@@ -184,19 +244,33 @@ def test_embedding_bag_against_torch(mode, dtype):
     offs = np.array([0, 4, 4, 9, 15])
     for pad in (None, int(i1[2])):
         for o, last in ((offs, False), (np.r_[offs, 20], True), (np.array([0, 0, 0]), False)):
-            compare(lambda w, i, o, pad=pad, last=last: F.embedding_bag(
-                        i, w, o, mode=mode, padding_idx=pad, include_last_offset=last),
-                    lambda w, i, o, pad=pad, last=last: tf.embedding_bag(
-                        i, w, o, mode=mode, padding_idx=pad, include_last_offset=last),
-                    [w], dtype, consts=[i1, o])
+            compare(
+                lambda w, i, o, pad=pad, last=last: F.embedding_bag(
+                    i, w, o, mode=mode, padding_idx=pad, include_last_offset=last
+                ),
+                lambda w, i, o, pad=pad, last=last: tf.embedding_bag(
+                    i, w, o, mode=mode, padding_idx=pad, include_last_offset=last
+                ),
+                [w],
+                dtype,
+                consts=[i1, o],
+            )
     idx2 = RNG.integers(0, 10, (3, 5))
-    compare(lambda w, i: F.embedding_bag(i, w, mode=mode), lambda w, i: tf.embedding_bag(i, w, mode=mode), [w], dtype,
-            consts=[idx2])
+    compare(
+        lambda w, i: F.embedding_bag(i, w, mode=mode),
+        lambda w, i: tf.embedding_bag(i, w, mode=mode),
+        [w],
+        dtype,
+        consts=[idx2],
+    )
     if mode == "sum":
-        compare(lambda w, p, i, o: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, padding_idx=int(i1[3])),
-                lambda w, p, i, o: tf.embedding_bag(i, w, o, mode="sum", per_sample_weights=p,
-                                                    padding_idx=int(i1[3])),
-                [w, RNG.uniform(0.5, 1.5, 20)], dtype, consts=[i1, offs])
+        compare(
+            lambda w, p, i, o: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, padding_idx=int(i1[3])),
+            lambda w, p, i, o: tf.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, padding_idx=int(i1[3])),
+            [w, RNG.uniform(0.5, 1.5, 20)],
+            dtype,
+            consts=[i1, offs],
+        )
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])

@@ -48,11 +48,15 @@ def test_layer_norm_native_matches_reference(dtype):
     x = RNG.standard_normal((6, 3, 8)).astype(dtype.np)
     g = RNG.standard_normal((6, 3, 8)).astype(dtype.np)
     w = RNG.standard_normal((3, 8)).astype(dtype.np)
-    for op, args in (("layer_norm", (x, w, None)), ("layer_norm_backward", (g, x, w)),
-                     ("layer_norm_backward", (g, x, None))):
+    for op, args in (
+        ("layer_norm", (x, w, None)),
+        ("layer_norm_backward", (g, x, w)),
+        ("layer_norm_backward", (g, x, None)),
+    ):
         ref = get_op(op).kernels[("generic", None)][0].fn(np)
-        out = flow.ops.call(op, *[None if a is None else flow.tensor(a) for a in args], normalized_shape=(3, 8),
-                            eps=1e-5)
+        out = flow.ops.call(
+            op, *[None if a is None else flow.tensor(a) for a in args], normalized_shape=(3, 8), eps=1e-5
+        )
         want = ref(*args, normalized_shape=(3, 8), eps=1e-5)
         for o, r in zip(out if isinstance(out, tuple) else (out,), want if isinstance(want, tuple) else (want,)):
             np.testing.assert_allclose(o.numpy(), r, rtol=1e-4, atol=1e-5)
@@ -86,13 +90,18 @@ def test_layer_norm_errors():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,ns,affine", [((4, 6, 3), (3,), True), ((2, 3, 4, 5), (4, 5), True),
-                                             ((5, 8), (8,), False)])
+@pytest.mark.parametrize(
+    "shape,ns,affine", [((4, 6, 3), (3,), True), ((2, 3, 4, 5), (4, 5), True), ((5, 8), (8,), False)]
+)
 def test_layer_norm_against_torch(shape, ns, affine, dtype):
     torch = torch_or_skip()
     arrays = [RNG.standard_normal(shape)] + ([RNG.standard_normal(ns), RNG.standard_normal(ns)] if affine else [])
-    compare(lambda x, *wb: F.layer_norm(x, ns, *wb), lambda x, *wb: torch.nn.functional.layer_norm(x, ns, *wb),
-            arrays, dtype)
+    compare(
+        lambda x, *wb: F.layer_norm(x, ns, *wb),
+        lambda x, *wb: torch.nn.functional.layer_norm(x, ns, *wb),
+        arrays,
+        dtype,
+    )
 
 
 def test_layer_norm_double_backward_against_torch():
@@ -101,8 +110,9 @@ def test_layer_norm_double_backward_against_torch():
     fs = [leaf(a) for a in (x, w, b)]
     ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
     gf = flow.autograd.grad((F.layer_norm(fs[0], (5,), fs[1], fs[2]) ** 3).sum(), fs, create_graph=True)
-    gt = torch.autograd.grad((torch.nn.functional.layer_norm(ts[0], (5,), ts[1], ts[2]) ** 3).sum(), ts,
-                             create_graph=True)
+    gt = torch.autograd.grad(
+        (torch.nn.functional.layer_norm(ts[0], (5,), ts[1], ts[2]) ** 3).sum(), ts, create_graph=True
+    )
     sum(g.sum() * g.sum() for g in gf).backward()
     sum(g.sum() * g.sum() for g in gt).backward()
     for f, t in zip(fs, ts):
@@ -134,12 +144,19 @@ def test_batch_norm_against_torch(shape, dtype):
     tf = torch.nn.functional
     c = shape[1]
     x, w, b = RNG.standard_normal(shape), RNG.standard_normal(c), RNG.standard_normal(c)
-    compare(lambda x, w, b: F.batch_norm(x, None, None, w, b, True), lambda x, w, b: tf.batch_norm(x, None, None, w,
-                                                                                                   b, True),
-            [x, w, b], dtype)
+    compare(
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, True),
+        lambda x, w, b: tf.batch_norm(x, None, None, w, b, True),
+        [x, w, b],
+        dtype,
+    )
     rm, rv = RNG.standard_normal(c), RNG.uniform(0.5, 2, c)
-    compare(lambda x: F.batch_norm(x, flow.tensor(rm.astype(dtype)), flow.tensor(rv.astype(dtype))),
-            lambda x: tf.batch_norm(x, torch.tensor(rm.astype(dtype)), torch.tensor(rv.astype(dtype))), [x], dtype)
+    compare(
+        lambda x: F.batch_norm(x, flow.tensor(rm.astype(dtype)), flow.tensor(rv.astype(dtype))),
+        lambda x: tf.batch_norm(x, torch.tensor(rm.astype(dtype)), torch.tensor(rv.astype(dtype))),
+        [x],
+        dtype,
+    )
     rmf, rvf = flow.tensor(rm.astype(dtype)), flow.tensor(rv.astype(dtype))
     rmt, rvt = torch.tensor(rm.astype(dtype)), torch.tensor(rv.astype(dtype))
     F.batch_norm(flow.tensor(x.astype(dtype)), rmf, rvf, training=True, momentum=0.3)
@@ -179,15 +196,31 @@ def test_other_norms_against_torch(dtype):
     w, b = RNG.standard_normal(6), RNG.standard_normal(6)
     compare(lambda x, w, b: F.group_norm(x, 3, w, b), lambda x, w, b: tf.group_norm(x, 3, w, b), [x, w, b], dtype)
     compare(lambda x: F.group_norm(x, 2), lambda x: tf.group_norm(x, 2), [x], dtype)
-    compare(lambda x, w, b: F.instance_norm(x, weight=w, bias=b), lambda x, w, b: tf.instance_norm(x, weight=w, bias=b),
-            [x, w, b], dtype)
-    compare(lambda x, w: F.rms_norm(x, (3, 2), w), lambda x, w: tf.rms_norm(x, (3, 2), w),
-            [x, RNG.standard_normal((3, 2))], dtype)
+    compare(
+        lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+        lambda x, w, b: tf.instance_norm(x, weight=w, bias=b),
+        [x, w, b],
+        dtype,
+    )
+    compare(
+        lambda x, w: F.rms_norm(x, (3, 2), w),
+        lambda x, w: tf.rms_norm(x, (3, 2), w),
+        [x, RNG.standard_normal((3, 2))],
+        dtype,
+    )
     compare(lambda x: F.rms_norm(x, (2,)), lambda x: tf.rms_norm(x, (2,)), [x], dtype)
-    compare(lambda x: F.local_response_norm(x, 3, 0.1, 0.6, 1.5), lambda x: tf.local_response_norm(x, 3, 0.1, 0.6, 1.5),
-            [x], dtype)
-    compare(lambda x: F.local_response_norm(x, 4), lambda x: tf.local_response_norm(x, 4),
-            [RNG.standard_normal((2, 5, 7))], dtype)
+    compare(
+        lambda x: F.local_response_norm(x, 3, 0.1, 0.6, 1.5),
+        lambda x: tf.local_response_norm(x, 3, 0.1, 0.6, 1.5),
+        [x],
+        dtype,
+    )
+    compare(
+        lambda x: F.local_response_norm(x, 4),
+        lambda x: tf.local_response_norm(x, 4),
+        [RNG.standard_normal((2, 5, 7))],
+        dtype,
+    )
     for p in (2.0, 1.0, 3.0, float("inf")):
         compare(lambda x, p=p: F.normalize(x, p, 1), lambda x, p=p: tf.normalize(x, p, 1), [x], dtype)
 

@@ -24,11 +24,12 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     return rc, out, err
 
 
-def source_line(where: str) -> str:
-    """The text at ``file:line`` as the listing gives it (relative to the working directory)."""
+def source_line(where: str, lines: int = 1) -> str:
+    """The text at ``file:line`` as the listing gives it (relative to the working directory), and the
+    ``lines - 1`` lines after it (a call the formatter split over several lines)."""
     path, line = where.rsplit(":", 1)
     with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()[int(line) - 1]
+        return "\n".join(f.read().splitlines()[int(line) - 1 : int(line) - 1 + lines])
 
 
 def _facet(out: str, label: str) -> str:
@@ -43,7 +44,7 @@ def test_every_facet_of_a_core_op_with_its_source_line(capsys):
     head = out.splitlines()[0]
     m = re.match(r"op add  \(plugin 'flow\.ops', declared at (\S+)\)$", head)
     assert m, head
-    assert m.group(1).split(":")[0].endswith("flow/ops/arith.py") and '"add"' in source_line(m.group(1))
+    assert m.group(1).split(":")[0].endswith("flow/ops/arith.py") and '"add"' in source_line(m.group(1), 2)
     assert _facet(out, "schema") == str(REGISTRY.ops["add"].schema)
     meta = _facet(out, "meta rule")
     fn, where = meta.split()
@@ -73,8 +74,21 @@ def test_json_has_the_same_facets(capsys):
     rc, out, _ = run_cli(capsys, "matmul", "--json")
     d = json.loads(out)
     assert rc == 0 and d["name"] == "matmul" and d["plugin"] == "flow.ops"
-    assert {"schema", "inputs", "attrs", "meta", "grad", "kernels", "resolves", "fusion", "rules", "pending_rules",
-            "samples", "python", "bindings"} <= set(d)
+    assert {
+        "schema",
+        "inputs",
+        "attrs",
+        "meta",
+        "grad",
+        "kernels",
+        "resolves",
+        "fusion",
+        "rules",
+        "pending_rules",
+        "samples",
+        "python",
+        "bindings",
+    } <= set(d)
     assert [i["name"] for i in d["inputs"]] == [i.name for i in REGISTRY.ops["matmul"].schema.inputs]
     assert d["kernels"] and all(k["plugin"] in ("flow.ops", "flow.cpu") for k in d["kernels"])
     assert d["samples"]["count"] == sum(1 for _ in REGISTRY.ops["matmul"].samples())
@@ -98,8 +112,11 @@ def test_overrides_rules_queued_rules_and_out_variants_of_a_plugin_show(capsys):
         registry.register_rule("tests_undeclared", "exp", "S(0)")
 
     mod = types.ModuleType("exp_plugin")
-    for k, v in {"flow_register_kernels": kernels, "flow_register_tables": tables,
-                 "flow_register_rules": rules}.items():
+    for k, v in {
+        "flow_register_kernels": kernels,
+        "flow_register_tables": tables,
+        "flow_register_rules": rules,
+    }.items():
         setattr(mod, k, hookimpl(v))
     flow.plugins.register(mod, name="tests.exp_plugin")
     try:
@@ -107,8 +124,9 @@ def test_overrides_rules_queued_rules_and_out_variants_of_a_plugin_show(capsys):
     finally:
         flow.plugins.unregister("tests.exp_plugin")
     assert rc == 0
-    line = re.search(r"^  generic 'default' \[tests\.exp_plugin, priority 3\] \(factory of xp\): (\S+)  (\S+)$",
-                     out, re.M)
+    line = re.search(
+        r"^  generic 'default' \[tests\.exp_plugin, priority 3\] \(factory of xp\): (\S+)  (\S+)$", out, re.M
+    )
     assert line and line.group(1).endswith("fast_exp") and "def fast_exp" in source_line(line.group(2))
     assert re.search(r"^      out-variant: \S+exp_out  \S+:\d+$", out, re.M)
     assert re.search(r"^      overrides \[flow\.ops\]: \S+", out, re.M)
@@ -123,6 +141,7 @@ def test_a_plugin_op_is_declared_where_register_op_is_called(capsys):
 
     def ops(registry):
         registry.register_op(schema("tests_cli_op", ["x"]), meta=lambda x: TensorMeta(x.shape, x.dtype, x.device))
+
     line = ops.__code__.co_firstlineno + 1
     mod = types.ModuleType("cli_op_plugin")
     mod.flow_register_ops = hookimpl(ops)
@@ -146,9 +165,24 @@ def test_an_unknown_op_gives_close_matches_and_status_1(capsys, name, close):
 
 def test_as_a_program():
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOW_")}
-    proc = subprocess.run([sys.executable, "-m", "flow", "op", "relu"], capture_output=True, text=True, env=env,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flow", "op", "relu"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("op relu  (plugin 'flow.ops', declared at ")
-    assert np.all([f in proc.stdout for f in ("schema:", "meta rule:", "gradient:", "kernels:", "resolves to:",
-                                              "out-variant:", "fusion lowering:", "rules:", "python:")])
+    assert np.all(
+        [
+            f in proc.stdout
+            for f in (
+                "schema:",
+                "meta rule:",
+                "gradient:",
+                "kernels:",
+                "resolves to:",
+                "out-variant:",
+                "fusion lowering:",
+                "rules:",
+                "python:",
+            )
+        ]
+    )

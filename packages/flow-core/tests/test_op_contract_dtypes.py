@@ -81,12 +81,36 @@ S = (3, 4)
 # op -> cases; a key "op/arg" checks another input of the same op
 TABLE = {
     # -- unary math: torch promotes integer and bool input to the default float dtype
-    **{name: c(name, (lambda n: lambda m, x: getattr(m, n)(x))(name), V(S))
-       for name in ("exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
-                    "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "reciprocal")},
+    **{
+        name: c(name, (lambda n: lambda m, x: getattr(m, n)(x))(name), V(S))
+        for name in (
+            "exp",
+            "expm1",
+            "log",
+            "log2",
+            "log10",
+            "log1p",
+            "sqrt",
+            "rsqrt",
+            "sin",
+            "cos",
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "sinh",
+            "cosh",
+            "tanh",
+            "sigmoid",
+            "erf",
+            "reciprocal",
+        )
+    },
     # -- unary ops that keep integer dtypes
-    **{name: c(name, (lambda n: lambda m, x: getattr(m, n)(x))(name), V(S))
-       for name in ("neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "square")},
+    **{
+        name: c(name, (lambda n: lambda m, x: getattr(m, n)(x))(name), V(S))
+        for name in ("neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "square")
+    },
     "gelu": c("gelu", lambda m, x: nnf(m).gelu(x), V(S)),
     "silu": c("silu", lambda m, x: nnf(m).silu(x), V(S)),
     "softplus": c("softplus", lambda m, x: nnf(m).softplus(x), V(S)),
@@ -94,22 +118,54 @@ TABLE = {
     "where": c("where", lambda m, cond, x, y: m.where(cond, x, y), B(S), V(S), V(S), vary=("input", "other")),
     "where/condition": c("where", lambda m, cond, x: m.where(cond, x, x), V(S), F(S), vary=("condition",)),
     # -- binary arithmetic
-    **{name: c(name, (lambda n: lambda m, a, b: getattr(m, n)(a, b))(name), V(S), V(S), vary=("input", "other"))
-       for name in ("add", "sub", "mul", "div", "maximum", "minimum", "atan2")},
+    **{
+        name: c(name, (lambda n: lambda m, a, b: getattr(m, n)(a, b))(name), V(S), V(S), vary=("input", "other"))
+        for name in ("add", "sub", "mul", "div", "maximum", "minimum", "atan2")
+    },
     # (no zero divisors: integer division by zero is an error in torch)
-    **{name: c(name, (lambda n: lambda m, a, b: getattr(m, n)(a, b))(name), V(S), V(S, 1), vary=("input", "other"))
-       for name in ("remainder", "fmod", "floor_divide")},
+    **{
+        name: c(name, (lambda n: lambda m, a, b: getattr(m, n)(a, b))(name), V(S), V(S, 1), vary=("input", "other"))
+        for name in ("remainder", "fmod", "floor_divide")
+    },
     "pow": c("pow", lambda m, a, b: m.pow(a, b), V(S), V(S), vary=("input", "exponent")),
-    **{name: c(name, (lambda n: lambda m, a, b: getattr(m, n)(a, b))(name), V(S), V(S), vary=("input", "other"))
-       for name in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and",
-                    "bitwise_or", "bitwise_xor")},
+    **{
+        name: c(name, (lambda n: lambda m, a, b: getattr(m, n)(a, b))(name), V(S), V(S), vary=("input", "other"))
+        for name in (
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "bitwise_and",
+            "bitwise_or",
+            "bitwise_xor",
+        )
+    },
     "logical_not": c("logical_not", lambda m, x: m.logical_not(x), V(S)),
     "bitwise_not": c("bitwise_not", lambda m, x: m.bitwise_not(x), V(S)),
     **{name: c(name, (lambda n: lambda m, x: getattr(m, n)(x))(name), V(S)) for name in ("isnan", "isinf", "isfinite")},
     # -- reductions and scans
-    **{name: c(name, (lambda n: lambda m, x: getattr(m, n)(x, 1))(name), V(S))
-       for name in ("sum", "mean", "prod", "all", "any", "amax", "amin", "argmax", "argmin", "logsumexp", "cumsum",
-                    "cumprod")},
+    **{
+        name: c(name, (lambda n: lambda m, x: getattr(m, n)(x, 1))(name), V(S))
+        for name in (
+            "sum",
+            "mean",
+            "prod",
+            "all",
+            "any",
+            "amax",
+            "amin",
+            "argmax",
+            "argmin",
+            "logsumexp",
+            "cumsum",
+            "cumprod",
+        )
+    },
     "var": c("var", lambda m, x: m.var(x, 1), V(S)),
     "std": c("std", lambda m, x: m.std(x, 1), V(S)),
     "norm": c("norm", lambda m, x: m.norm(x, dim=1), V(S)),
@@ -121,8 +177,13 @@ TABLE = {
     "median": c("median", lambda m, x: m.median(x, 1).values, V(S)),
     "nanmedian": c("nanmedian", lambda m, x: m.nanmedian(x, 1).values, V(S)),
     "mode": c("mode", lambda m, x: m.mode(x, 1).values, V(S)),
-    "searchsorted": c("searchsorted", lambda m, s, v: m.searchsorted(m.sort(s).values, v), V((5,)), V((3,)),
-                      vary=("sorted_sequence", "input")),
+    "searchsorted": c(
+        "searchsorted",
+        lambda m, s, v: m.searchsorted(m.sort(s).values, v),
+        V((5,)),
+        V((3,)),
+        vary=("sorted_sequence", "input"),
+    ),
     # -- movement and views keep every dtype
     "reshape": c("reshape", lambda m, x: m.reshape(x, (4, 3)), V(S)),
     "permute": c("permute", lambda m, x: x.permute(1, 0), V(S)),
@@ -145,25 +206,34 @@ TABLE = {
     # -- indexing: data of any dtype, indices of an integer dtype
     "gather": c("gather", lambda m, x, i: m.gather(x, 1, i), V(S), I((3, 2), 4)),
     "gather/index": c("gather", lambda m, x, i: m.gather(x, 1, i), F(S), V((3, 2)), vary=("index",)),
-    "scatter": c("scatter", lambda m, x, i, s: m.scatter(x, 1, i, s), V(S), I((3, 1), 4), V((3, 1)),
-                 vary=("input", "src")),
-    "scatter/index": c("scatter", lambda m, x, i, s: m.scatter(x, 1, i, s), F(S), V((3, 1)), F((3, 1)),
-                       vary=("index",)),
+    "scatter": c(
+        "scatter", lambda m, x, i, s: m.scatter(x, 1, i, s), V(S), I((3, 1), 4), V((3, 1)), vary=("input", "src")
+    ),
+    "scatter/index": c(
+        "scatter", lambda m, x, i, s: m.scatter(x, 1, i, s), F(S), V((3, 1)), F((3, 1)), vary=("index",)
+    ),
     "index_select": c("index_select", lambda m, x, i: m.index_select(x, 1, i), V(S), I((2,), 4)),
-    "index_select/index": c("index_select", lambda m, x, i: m.index_select(x, 1, i), F(S), V((2,)),
-                            vary=("index",)),
-    "index_add": c("index_add", lambda m, x, i, s: m.index_add(x, 0, i, s), V(S), I((2,), 3), V((2, 4)),
-                   vary=("input", "source")),
-    "index_add/index": c("index_add", lambda m, x, i, s: m.index_add(x, 0, i, s), F(S), V((2,)), F((2, 4)),
-                         vary=("index",)),
+    "index_select/index": c("index_select", lambda m, x, i: m.index_select(x, 1, i), F(S), V((2,)), vary=("index",)),
+    "index_add": c(
+        "index_add", lambda m, x, i, s: m.index_add(x, 0, i, s), V(S), I((2,), 3), V((2, 4)), vary=("input", "source")
+    ),
+    "index_add/index": c(
+        "index_add", lambda m, x, i, s: m.index_add(x, 0, i, s), F(S), V((2,)), F((2, 4)), vary=("index",)
+    ),
     "index": c("index", lambda m, x, i: x[i], V(S), I((2,), 3)),
-    "index_put": c("index_put", lambda m, x, i, v: x.index_put((i,), v), V(S), I((2,), 3), V((4,)),
-                   vary=("input", "values")),
+    "index_put": c(
+        "index_put", lambda m, x, i, v: x.index_put((i,), v), V(S), I((2,), 3), V((4,)), vary=("input", "values")
+    ),
     "one_hot": c("one_hot", lambda m, x: nnf(m).one_hot(x, 5), V(S)),
     "embedding": c("embedding", lambda m, i, w: nnf(m).embedding(i, w), I((2, 3), 5), V((5, 4)), vary=("weight",)),
     "embedding/input": c("embedding", lambda m, i, w: nnf(m).embedding(i, w), V((2, 3)), F((5, 4))),
-    "embedding_bag/input": c("embedding_bag", lambda m, i, w: nnf(m).embedding_bag(i, w, m.tensor([0, 3]).to(i.dtype)),
-                             V((6,)), F((5, 4)), vary=("input", "offsets")),
+    "embedding_bag/input": c(
+        "embedding_bag",
+        lambda m, i, w: nnf(m).embedding_bag(i, w, m.tensor([0, 3]).to(i.dtype)),
+        V((6,)),
+        F((5, 4)),
+        vary=("input", "offsets"),
+    ),
     # -- linear algebra: integers compute in their dtype, bool is rejected
     "matmul": c("matmul", lambda m, a, b: m.matmul(a, b), V(S), V((4, 2)), vary=("input", "other")),
     "linear": c("linear", lambda m, x, w: nnf(m).linear(x, w), V(S), V((2, 4)), vary=("input", "weight")),
@@ -172,20 +242,28 @@ TABLE = {
     "softmax": c("softmax", lambda m, x: nnf(m).softmax(x, 1), V(S)),
     "log_softmax": c("log_softmax", lambda m, x: nnf(m).log_softmax(x, 1), V(S)),
     "layer_norm": c("layer_norm", lambda m, x: nnf(m).layer_norm(x, (4,)), V(S)),
-    "conv2d": c("conv2d", lambda m, x, w: nnf(m).conv2d(x, w), V((1, 2, 4, 4)), V((3, 2, 2, 2)),
-                vary=("input", "weight")),
+    "conv2d": c(
+        "conv2d", lambda m, x, w: nnf(m).conv2d(x, w), V((1, 2, 4, 4)), V((3, 2, 2, 2)), vary=("input", "weight")
+    ),
     "max_pool2d": c("max_pool2d", lambda m, x: nnf(m).max_pool2d(x, 2), V((1, 2, 4, 4))),
     "avg_pool2d": c("avg_pool2d", lambda m, x: nnf(m).avg_pool2d(x, 2), V((1, 2, 4, 4))),
     "adaptive_max_pool2d": c("adaptive_max_pool2d", lambda m, x: nnf(m).adaptive_max_pool2d(x, 2), V((1, 2, 4, 4))),
     "cross_entropy": c("cross_entropy", lambda m, x, t: nnf(m).cross_entropy(x, t), V(S), I((3,), 4)),
-    "cross_entropy/target": c("cross_entropy", lambda m, x, t: nnf(m).cross_entropy(x, t), F(S), V((3,)),
-                              vary=("target",)),
+    "cross_entropy/target": c(
+        "cross_entropy", lambda m, x, t: nnf(m).cross_entropy(x, t), F(S), V((3,)), vary=("target",)
+    ),
     "nll_loss": c("nll_loss", lambda m, x, t: nnf(m).nll_loss(x, t), V(S), I((3,), 4)),
     "nll_loss/target": c("nll_loss", lambda m, x, t: nnf(m).nll_loss(x, t), F(S), V((3,)), vary=("target",)),
-    "binary_cross_entropy": c("binary_cross_entropy", lambda m, x, t: nnf(m).binary_cross_entropy(x, t), V(S), V(S),
-                              vary=("input", "target")),
-    "ctc_loss": c("ctc_loss", lambda m, lp, t: nnf(m).ctc_loss(lp, t, [5, 5], [2, 2]), V((5, 2, 3)), I((2, 2), 3),
-                  vary=("log_probs",)),
+    "binary_cross_entropy": c(
+        "binary_cross_entropy", lambda m, x, t: nnf(m).binary_cross_entropy(x, t), V(S), V(S), vary=("input", "target")
+    ),
+    "ctc_loss": c(
+        "ctc_loss",
+        lambda m, lp, t: nnf(m).ctc_loss(lp, t, [5, 5], [2, 2]),
+        V((5, 2, 3)),
+        I((2, 2), 3),
+        vary=("log_probs",),
+    ),
 }
 
 
@@ -227,8 +305,9 @@ def _declared(op_name: str, inputs, probe: str) -> str:
 
 
 def test_every_input_of_every_op_declares_its_dtypes():
-    missing = [f"{name}.{i.name}" for name, op in sorted(REGISTRY.ops.items()) for i in op.schema.inputs
-               if i.dtypes is None]
+    missing = [
+        f"{name}.{i.name}" for name, op in sorted(REGISTRY.ops.items()) for i in op.schema.inputs if i.dtypes is None
+    ]
     assert not missing, f"inputs without a declared dtype rule: {missing}"
 
 
@@ -259,7 +338,8 @@ def test_integer_and_bool_input_as_torch(key, probe):
     got = _run(flow, case, probe)
     assert _outcome(case, got, probe) == expected, f"{key} on {probe}: flow gives {got.dtype}, torch {want.dtype}"
     assert declared == ("promote" if expected == "promote" else "accept"), (
-        f"op '{case.op}' {declared}s {probe} by its schema, but torch gives {want.dtype}")
+        f"op '{case.op}' {declared}s {probe} by its schema, but torch gives {want.dtype}"
+    )
     a, b = got.numpy().astype(np.float64), want.numpy().astype(np.float64)
     assert a.shape == b.shape
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)

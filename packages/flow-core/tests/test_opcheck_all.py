@@ -46,10 +46,14 @@ def test_opcheck(op_name, device, request):
 
 def test_an_op_registered_without_samples_fails_opcheck():
     mod = types.ModuleType("no_samples")
-    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(
-        schema("tests_no_samples", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)))
-    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(
-        "tests_no_samples", "cpu", lambda x: x))
+    mod.flow_register_ops = hookimpl(
+        lambda registry: registry.register_op(
+            schema("tests_no_samples", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device)
+        )
+    )
+    mod.flow_register_kernels = hookimpl(
+        lambda registry: registry.register_kernel("tests_no_samples", "cpu", lambda x: x)
+    )
     flow.plugins.register(mod, name="tests.no_samples")
     try:
         with pytest.raises(OpCheckError, match=r"op 'tests_no_samples' \(plugin 'tests.no_samples'\) has no samples"):
@@ -60,12 +64,17 @@ def test_an_op_registered_without_samples_fails_opcheck():
 
 def test_opcheck_catches_a_meta_rule_that_disagrees_with_the_kernel():
     mod = types.ModuleType("liar")
-    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(
-        schema("tests_liar", ["x"], dtypes=ANY), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device),
-        samples=lambda: [flow.testing.SampleInput((flow.ones(2, 3, dtype=flow.float64),))],
-        no_error_samples="takes any tensor"))
-    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(
-        "tests_liar", "generic", lambda xp: (lambda x: x.sum(axis=0))))
+    mod.flow_register_ops = hookimpl(
+        lambda registry: registry.register_op(
+            schema("tests_liar", ["x"], dtypes=ANY),
+            meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device),
+            samples=lambda: [flow.testing.SampleInput((flow.ones(2, 3, dtype=flow.float64),))],
+            no_error_samples="takes any tensor",
+        )
+    )
+    mod.flow_register_kernels = hookimpl(
+        lambda registry: registry.register_kernel("tests_liar", "generic", lambda xp: lambda x: x.sum(axis=0))
+    )
     flow.plugins.register(mod, name="tests.liar")
     try:
         with pytest.raises(OpCheckError, match=r"output 0 is \(3,\) .* but the meta rule says \(2, 3\)"):
@@ -82,8 +91,7 @@ def _same(x, **attrs):
 def _plugin(name, sch, samples, kernel, meta=_same, **kwargs):
     """Register a one-op test plugin; return its module (unregister with flow.plugins.unregister)."""
     mod = types.ModuleType(name)
-    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(sch, meta=meta, samples=samples,
-                                                                            **kwargs))
+    mod.flow_register_ops = hookimpl(lambda registry: registry.register_op(sch, meta=meta, samples=samples, **kwargs))
     mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel(sch.name, "cpu", kernel))
     flow.plugins.register(mod, name=f"tests.{name}")
     return f"tests.{name}"
@@ -94,8 +102,9 @@ def _x():
 
 
 def test_an_op_without_declared_dtypes_fails_opcheck():
-    plug = _plugin("nodtypes", schema("tests_nodtypes", ["x"]), lambda: [SampleInput((_x(),))], lambda x: x,
-                   no_error_samples="any")
+    plug = _plugin(
+        "nodtypes", schema("tests_nodtypes", ["x"]), lambda: [SampleInput((_x(),))], lambda x: x, no_error_samples="any"
+    )
     try:
         with pytest.raises(OpCheckError, match=r"op 'tests_nodtypes' .*inputs \['x'\] declare no dtypes"):
             flow.testing.opcheck("tests_nodtypes", devices=["cpu"])
@@ -104,15 +113,19 @@ def test_an_op_without_declared_dtypes_fails_opcheck():
 
 
 def test_an_op_without_error_samples_fails_opcheck_unless_it_says_why():
-    plug = _plugin("noerrors", schema("tests_noerrors", ["x"], dtypes=ANY), lambda: [SampleInput((_x(),))],
-                   lambda x: x)
+    plug = _plugin("noerrors", schema("tests_noerrors", ["x"], dtypes=ANY), lambda: [SampleInput((_x(),))], lambda x: x)
     try:
         with pytest.raises(OpCheckError, match=r"op 'tests_noerrors' .*has no error samples.*no_error_samples="):
             flow.testing.opcheck("tests_noerrors", devices=["cpu"])
     finally:
         flow.plugins.unregister(plug)
-    plug = _plugin("optout", schema("tests_optout", ["x"], dtypes=ANY), lambda: [SampleInput((_x(),))],
-                   lambda x: x, no_error_samples="takes any tensor")
+    plug = _plugin(
+        "optout",
+        schema("tests_optout", ["x"], dtypes=ANY),
+        lambda: [SampleInput((_x(),))],
+        lambda x: x,
+        no_error_samples="takes any tensor",
+    )
     try:
         assert flow.testing.opcheck("tests_optout", devices=["cpu"])["errors_checked"] == 0
     finally:
@@ -120,8 +133,9 @@ def test_an_op_without_error_samples_fails_opcheck_unless_it_says_why():
 
 
 def test_the_schema_implies_wrong_dtype_inputs_and_they_are_checked():
-    plug = _plugin("floatonly", schema("tests_floatonly", ["x"], dtypes=FLOAT), lambda: [SampleInput((_x(),))],
-                   lambda x: x * 2)
+    plug = _plugin(
+        "floatonly", schema("tests_floatonly", ["x"], dtypes=FLOAT), lambda: [SampleInput((_x(),))], lambda x: x * 2
+    )
     try:
         report = flow.testing.opcheck("tests_floatonly", devices=["cpu"])
         assert report["errors_checked"] == 2  # an int64 and a bool input
@@ -138,8 +152,11 @@ def test_an_error_input_the_op_accepts_fails_opcheck():
 
     plug = _plugin("lenient", schema("tests_lenient", ["x"], dtypes=ANY), samples, lambda x: x)
     try:
-        with pytest.raises(OpCheckError, match=r"error input 0 on device 'cpu': expected OpError matching 'must be 2-d'"
-                                               r" from the call, but it succeeded"):
+        with pytest.raises(
+            OpCheckError,
+            match=r"error input 0 on device 'cpu': expected OpError matching 'must be 2-d'"
+            r" from the call, but it succeeded",
+        ):
             flow.testing.opcheck("tests_lenient", devices=["cpu"])
     finally:
         flow.plugins.unregister(plug)
@@ -187,8 +204,9 @@ def test_mixed_devices_are_an_error_input_on_a_second_device(meta_device):
     with pytest.raises(OpError, match="same device"):
         flow.ones(2) + flow.ones(2).to(meta_device)
     with pytest.raises(OpError, match="add: expected all tensors on the same device"):
-        REGISTRY.ops["add"].meta(TensorMeta((2,), flow.float32, flow.device("cpu")),
-                                 TensorMeta((2,), flow.float32, meta_device))
+        REGISTRY.ops["add"].meta(
+            TensorMeta((2,), flow.float32, flow.device("cpu")), TensorMeta((2,), flow.float32, meta_device)
+        )
 
 
 def test_attributes_are_checked_by_the_schema_on_every_call():

@@ -62,8 +62,7 @@ TORCH_CASES = [
     ("AdamW", AdamW, dict(lr=0.1)),
     ("AdamW", AdamW, dict(lr=0.1, weight_decay=0.3, amsgrad=True, betas=(0.5, 0.9))),
     ("Adagrad", Adagrad, dict(lr=0.1)),
-    ("Adagrad", Adagrad, dict(lr=0.1, lr_decay=0.05, weight_decay=0.1, initial_accumulator_value=0.2,
-                              maximize=True)),
+    ("Adagrad", Adagrad, dict(lr=0.1, lr_decay=0.05, weight_decay=0.1, initial_accumulator_value=0.2, maximize=True)),
     ("RMSprop", RMSprop, dict(lr=0.01)),
     ("RMSprop", RMSprop, dict(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1)),
     ("RMSprop", RMSprop, dict(lr=0.01, alpha=0.9, centered=True, maximize=True)),
@@ -117,8 +116,10 @@ def test_state_dict_matches_torch_and_loads_torch_state(case):
         for k, v in fg.items():
             assert tg[k] == v, k
     # a torch state dict (tensors converted to flow) continues exactly like torch
-    conv = {"state": {i: {k: flow.tensor(v.numpy()) for k, v in st.items()} for i, st in tsd["state"].items()},
-            "param_groups": tsd["param_groups"]}
+    conv = {
+        "state": {i: {k: flow.tensor(v.numpy()) for k, v in st.items()} for i, st in tsd["state"].items()},
+        "param_groups": tsd["param_groups"],
+    }
     tparams = [p.detach().numpy() for p in topt.param_groups[0]["params"]]
     ps = flow_params(tparams)
     opt2 = cls(ps, **kw)
@@ -139,8 +140,9 @@ def test_param_groups_match_torch():
     init, grads = data(np.float32)
     fps, tps = flow_params(init), [torch.tensor(a, requires_grad=True) for a in init]
     fopt = Adam([{"params": fps[:3]}, {"params": fps[3:], "lr": 0.01, "amsgrad": True}], lr=0.1)
-    topt = torch.optim.Adam([{"params": tps[:3]}, {"params": tps[3:], "lr": 0.01, "amsgrad": True}], lr=0.1,
-                            foreach=False)
+    topt = torch.optim.Adam(
+        [{"params": tps[:3]}, {"params": tps[3:], "lr": 0.01, "amsgrad": True}], lr=0.1, foreach=False
+    )
     for gs in grads:
         for p, q, g in zip(fps, tps, gs):
             p.grad, q.grad = flow.tensor(g), torch.tensor(g)
@@ -183,7 +185,7 @@ def test_adam_formula(backend, decoupled, amsgrad):
             v = b2 * v + (1 - b2) * g * g
             vmax = np.maximum(vmax, v)
             vv = vmax if amsgrad else v
-            p = p - lr / (1 - b1 ** t) * m / (np.sqrt(vv) / math.sqrt(1 - b2 ** t) + eps)
+            p = p - lr / (1 - b1**t) * m / (np.sqrt(vv) / math.sqrt(1 - b2**t) + eps)
         np.testing.assert_allclose(got[j], p, rtol=1e-10, atol=1e-12)
     assert int(opt.state_dict()["state"][0]["step"].item()) == STEPS
 
@@ -222,15 +224,16 @@ def test_lamb_formula(bias_correction):
     init, grads = data(np.float64)
     init[1][:] = 0  # a zero parameter: trust ratio 1
     lr, (b1, b2), eps, wd = 0.01, (0.9, 0.999), 1e-6, 0.05
-    got, opt = run_flow(LAMB, init, grads, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd,
-                        bias_correction=bias_correction)
+    got, opt = run_flow(
+        LAMB, init, grads, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, bias_correction=bias_correction
+    )
     for j, p0 in enumerate(init):
         p, m, v = p0.copy(), 0 * p0, 0 * p0
         for t, gs in enumerate(grads, 1):
             g = gs[j]
             m = b1 * m + (1 - b1) * g
             v = b2 * v + (1 - b2) * g * g
-            mh, vh = (m / (1 - b1 ** t), v / (1 - b2 ** t)) if bias_correction else (m, v)
+            mh, vh = (m / (1 - b1**t), v / (1 - b2**t)) if bias_correction else (m, v)
             u = mh / (np.sqrt(vh) + eps) + wd * p
             wn, un = np.linalg.norm(p), np.linalg.norm(u)
             r = wn / un if wn > 0 and un > 0 else 1.0
@@ -411,8 +414,14 @@ def test_closure_and_training_converges():
     x = flow.tensor(rng.standard_normal((64, 3)).astype(np.float32))
     w_true = np.array([[1.0], [-2.0], [0.5]], np.float32)
     y = flow.tensor(x.numpy() @ w_true)
-    for cls, kw in [(SGD, dict(lr=0.1, momentum=0.9)), (Adam, dict(lr=0.1)), (LAMB, dict(lr=0.05)),
-                    (RMSprop, dict(lr=0.01)), (Adagrad, dict(lr=0.5)), (AdamW, dict(lr=0.1, weight_decay=0.0))]:
+    for cls, kw in [
+        (SGD, dict(lr=0.1, momentum=0.9)),
+        (Adam, dict(lr=0.1)),
+        (LAMB, dict(lr=0.05)),
+        (RMSprop, dict(lr=0.01)),
+        (Adagrad, dict(lr=0.5)),
+        (AdamW, dict(lr=0.1, weight_decay=0.0)),
+    ]:
         first, last = _train(cls, kw, x, y)
         assert last < first * 1e-2, cls.__name__
 
@@ -457,18 +466,24 @@ def test_with_nn_module_checkpoint_and_dtype_change(tmp_path):
     m3.double()  # parameters get new float64 arrays: the optimizer re-flattens and casts its state
     train(m3, o3, 2, x.double())
     assert all(p.dtype is flow.float64 for p in m3.parameters())
-    assert all(v.dtype is flow.float64 for st in o3.state_dict()["state"].values() for k, v in st.items()
-               if k != "step")
+    assert all(
+        v.dtype is flow.float64 for st in o3.state_dict()["state"].values() for k, v in st.items() if k != "step"
+    )
 
 
 # runs of at most 10 elements over the shapes below: (3, 4) alone, (5,) alone, (9,) alone, then (2, 2) + (4,).
 # The native SGD / AdamW read contiguous float32 gradients in place and update the parameters where they are:
 # no scratch at all; LAMB gathers every run's gradients (the largest: 12) and the runs of several parameters
 # (8 elements; a lone parameter is updated where it is).
-@pytest.mark.parametrize("make, scratch", [(lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01), (0, 0)),
-                                           (lambda ps: AdamW(ps, lr=0.01), (0, 0)),
-                                           (lambda ps: LAMB(ps, lr=0.01), (12, 8))],
-                         ids=["sgd", "adamw", "lamb"])
+@pytest.mark.parametrize(
+    "make, scratch",
+    [
+        (lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01), (0, 0)),
+        (lambda ps: AdamW(ps, lr=0.01), (0, 0)),
+        (lambda ps: LAMB(ps, lr=0.01), (12, 8)),
+    ],
+    ids=["sgd", "adamw", "lamb"],
+)
 def test_updates_in_bounded_runs_are_the_same(monkeypatch, make, scratch):
     """Runs of at most GRAD_CHUNK elements (a larger parameter alone) give bit-identical updates, and the
     gradient scratch buffer holds one run, not the whole bucket."""
@@ -495,9 +510,16 @@ def test_updates_in_bounded_runs_are_the_same(monkeypatch, make, scratch):
         assert np.array_equal(a, c)
 
 
-@pytest.mark.parametrize("cls, kw", [(SGD, dict(lr=0.1, momentum=0.9, maximize=True)), (SGD, dict(lr=0.1)),
-                                     (AdamW, dict(lr=0.01)), (Adam, dict(lr=0.01, weight_decay=0.1, maximize=True)),
-                                     (LAMB, dict(lr=0.01))])
+@pytest.mark.parametrize(
+    "cls, kw",
+    [
+        (SGD, dict(lr=0.1, momentum=0.9, maximize=True)),
+        (SGD, dict(lr=0.1)),
+        (AdamW, dict(lr=0.01)),
+        (Adam, dict(lr=0.01, weight_decay=0.1, maximize=True)),
+        (LAMB, dict(lr=0.01)),
+    ],
+)
 def test_step_leaves_the_gradients_alone(cls, kw):
     """Whether a lone parameter's gradient is read in place or copied, step() never changes a .grad."""
     init, grads = data(shapes=[(40, 30), (7,)])

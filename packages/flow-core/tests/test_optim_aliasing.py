@@ -86,8 +86,13 @@ def test_views_detach_and_from_numpy_source_follow_every_step(case, backend):
     p = nn.Parameter(flow.from_numpy(a))
     early = p.detach()  # taken before the optimizer exists
     opt = cls([p], **kw)
-    aliases = {"view": (p.view(12), lambda x: x.reshape(12)), "slice": (p[1:, ::2], lambda x: x[1:, ::2]),
-               "t": (p.t(), lambda x: x.T), "detach": (early, lambda x: x), "data": (p.data, lambda x: x)}
+    aliases = {
+        "view": (p.view(12), lambda x: x.reshape(12)),
+        "slice": (p[1:, ::2], lambda x: x[1:, ::2]),
+        "t": (p.t(), lambda x: x.T),
+        "detach": (early, lambda x: x),
+        "data": (p.data, lambda x: x),
+    }
     grads = _grads([(3, 4)])
     ref = _reference(cls, tname, kw, [init], grads)
     for k, (gs, want) in enumerate(zip(grads, ref)):
@@ -369,8 +374,10 @@ def _net_data():
     rng = np.random.default_rng(13)
     w = rng.standard_normal((4, 3)).astype(np.float32)  # stored transposed: the parameter is w.T, (3, 4)
     b = rng.standard_normal(4).astype(np.float32)
-    batches = [(rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32))
-               for _ in range(STEPS)]
+    batches = [
+        (rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32))
+        for _ in range(STEPS)
+    ]
     return w, b, batches
 
 
@@ -481,5 +488,6 @@ def test_graph_mode_low_precision_parameter_and_its_view(dtype):
         step(flow.ones(2, 3, dtype=dtype))
     assert not np.array_equal(a, before)
     np.testing.assert_array_equal(v.detach().numpy(), a.reshape(12))
-    assert all(s.dtype is flow.float32 for st in opt.state_dict()["state"].values() for k, s in st.items()
-               if k != "step")
+    assert all(
+        s.dtype is flow.float32 for st in opt.state_dict()["state"].values() for k, s in st.items() if k != "step"
+    )

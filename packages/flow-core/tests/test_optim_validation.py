@@ -17,8 +17,14 @@ from flow.optim import OptimizerError, OptimizerTypeError
 from flow.optim import lr_scheduler as S
 
 _EXPORTED = {getattr(flow.optim, n) for n in flow.optim.__all__}
-OPTIMIZERS = sorted((c for c in _EXPORTED if inspect.isclass(c) and issubclass(c, flow.optim.Optimizer)
-                     and c is not flow.optim.Optimizer), key=lambda c: c.__name__)
+OPTIMIZERS = sorted(
+    (
+        c
+        for c in _EXPORTED
+        if inspect.isclass(c) and issubclass(c, flow.optim.Optimizer) and c is not flow.optim.Optimizer
+    ),
+    key=lambda c: c.__name__,
+)
 
 # out-of-range values of every real-valued hyper-parameter an optimizer has (by argument name)
 OUT_OF_RANGE = {
@@ -48,8 +54,9 @@ def params():
 def snapshot(opt) -> tuple:
     """Everything an optimizer holds: group options, parameter identities, states, step counts."""
     sd = opt.state_dict()
-    groups = [{k: (v if k != "params" else [id(p) for p in g["params"]]) for k, v in g.items()}
-              for g in opt.param_groups]
+    groups = [
+        {k: (v if k != "params" else [id(p) for p in g["params"]]) for k, v in g.items()} for g in opt.param_groups
+    ]
     state = {i: {k: v.numpy().copy() for k, v in st.items()} for i, st in sd["state"].items()}
     return groups, state
 
@@ -100,8 +107,7 @@ def test_a_hyper_parameter_of_the_wrong_type_names_the_optimizer_and_argument(cl
 RANGE_CASES = [(cls, name, v) for cls in OPTIMIZERS for name in hyper_params(cls) for v in OUT_OF_RANGE.get(name, [])]
 
 
-@pytest.mark.parametrize("cls, name, value", RANGE_CASES,
-                         ids=[f"{c.__name__}-{n}={v}" for c, n, v in RANGE_CASES])
+@pytest.mark.parametrize("cls, name, value", RANGE_CASES, ids=[f"{c.__name__}-{n}={v}" for c, n, v in RANGE_CASES])
 def test_a_hyper_parameter_out_of_range_names_the_optimizer_argument_and_value(cls, name, value):
     with pytest.raises(OptimizerError, match=rf"^{cls.__name__}: Invalid ") as ei:
         cls(params(), **{name: value})
@@ -141,8 +147,10 @@ def test_valid_values_of_every_kind_are_accepted(cls):
 def test_a_bad_value_set_in_a_group_later_is_caught_at_the_next_step(cls):
     opt, ps = trained(cls)
     before = [p.detach().numpy().copy() for p in ps]
-    for value, err, text in (("abc", OptimizerTypeError, "lr must be a real number"),
-                             (-0.5, OptimizerError, "Invalid learning rate: -0.5")):
+    for value, err, text in (
+        ("abc", OptimizerTypeError, "lr must be a real number"),
+        (-0.5, OptimizerError, "Invalid learning rate: -0.5"),
+    ):
         opt.param_groups[0]["lr"] = value
         with pytest.raises(err, match=f"{cls.__name__}: {text}"):
             opt.step()
@@ -211,8 +219,12 @@ def _bad_state_dicts(cls, good: dict) -> list:
     import copy
 
     def edit(fn):
-        sd = copy.deepcopy({"state": {i: dict(st) for i, st in good["state"].items()},
-                            "param_groups": [dict(g) for g in good["param_groups"]]})
+        sd = copy.deepcopy(
+            {
+                "state": {i: dict(st) for i, st in good["state"].items()},
+                "param_groups": [dict(g) for g in good["param_groups"]],
+            }
+        )
         fn(sd)
         return sd
 
@@ -221,32 +233,48 @@ def _bad_state_dicts(cls, good: dict) -> list:
     cases = [
         ("not a dict", OptimizerTypeError, "expects a dict"),
         ({"state": {}}, OptimizerError, "no 'param_groups'"),
-        (edit(lambda sd: sd["param_groups"].append(dict(sd["param_groups"][0]))), OptimizerError,
-         "has 2 parameter groups, but the optimizer has 1"),
-        (edit(lambda sd: sd["param_groups"][0].update(params=[0])), OptimizerError,
-         "group 0 with 1 parameters, which doesn't match"),
+        (
+            edit(lambda sd: sd["param_groups"].append(dict(sd["param_groups"][0]))),
+            OptimizerError,
+            "has 2 parameter groups, but the optimizer has 1",
+        ),
+        (
+            edit(lambda sd: sd["param_groups"][0].update(params=[0])),
+            OptimizerError,
+            "group 0 with 1 parameters, which doesn't match",
+        ),
         (edit(lambda sd: sd["param_groups"][0].update(params=[0, 0])), OptimizerError, "more than once"),
         (edit(lambda sd: sd["param_groups"][0].update(params=[0, "1"])), OptimizerTypeError, "int index"),
-        (edit(lambda sd: sd["param_groups"][0].update(lr=-1.0)), OptimizerError,
-         r"Invalid learning rate: -1.0 .*in param_groups\[0\] of the loaded state dict"),
+        (
+            edit(lambda sd: sd["param_groups"][0].update(lr=-1.0)),
+            OptimizerError,
+            r"Invalid learning rate: -1.0 .*in param_groups\[0\] of the loaded state dict",
+        ),
         (edit(lambda sd: sd["param_groups"][0].update(lr="x")), OptimizerTypeError, "lr must be a real number"),
         (edit(lambda sd: sd["state"].update({7: {}})), OptimizerError, "state for parameter 7"),
-        (edit(lambda sd: sd["state"].update({0: {"bogus": flow.zeros(2, 2)}})), OptimizerError,
-         "has 'bogus', which"),
+        (edit(lambda sd: sd["state"].update({0: {"bogus": flow.zeros(2, 2)}})), OptimizerError, "has 'bogus', which"),
         (edit(lambda sd: sd["state"].update({0: "x"})), OptimizerTypeError, "must be a dict"),
     ]
     if name is not None:
         cases += [
-            (edit(lambda sd: sd["state"][0].update({name: flow.zeros(3)})), OptimizerError,
-             rf"'{name}' of parameter 0 has shape \(3,\), but the parameter has shape \(2, 2\)"),
-            (edit(lambda sd: sd["state"][1].update({name: flow.zeros(2, 2)})), OptimizerError,
-             r"has shape \(2, 2\), but the parameter has shape \(3,\)"),
+            (
+                edit(lambda sd: sd["state"][0].update({name: flow.zeros(3)})),
+                OptimizerError,
+                rf"'{name}' of parameter 0 has shape \(3,\), but the parameter has shape \(2, 2\)",
+            ),
+            (
+                edit(lambda sd: sd["state"][1].update({name: flow.zeros(2, 2)})),
+                OptimizerError,
+                r"has shape \(2, 2\), but the parameter has shape \(3,\)",
+            ),
             (edit(lambda sd: sd["state"][0].update({name: "zeros"})), OptimizerTypeError, "Tensor or an array"),
         ]
     if cls._has_step and "step" in first:
-        cases += [(edit(lambda sd: sd["state"][0].update(step=flow.tensor(-1.0))), OptimizerError, "step"),
-                  (edit(lambda sd: sd["state"][0].update(step=flow.tensor(1.5))), OptimizerError, "whole number"),
-                  (edit(lambda sd: sd["state"][0].update(step=flow.tensor(math.nan))), OptimizerError, "step")]
+        cases += [
+            (edit(lambda sd: sd["state"][0].update(step=flow.tensor(-1.0))), OptimizerError, "step"),
+            (edit(lambda sd: sd["state"][0].update(step=flow.tensor(1.5))), OptimizerError, "whole number"),
+            (edit(lambda sd: sd["state"][0].update(step=flow.tensor(math.nan))), OptimizerError, "step"),
+        ]
     return cases
 
 
@@ -306,10 +334,16 @@ SCHED_CASES = [
     (lambda o: S.LambdaLR(o, 0.5), OptimizerTypeError, "lr_lambda must be a function"),
     (lambda o: S.LambdaLR(o, [lambda e: 1.0, lambda e: 1.0]), OptimizerError, "Expected 1 lr_lambdas"),
     (lambda o: S.MultiplicativeLR(o, [None]), OptimizerTypeError, r"lr_lambda\[0\] must be a function"),
-    (lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.9), S.ExponentialLR(o, 0.9)], [3, 5]),
-     OptimizerError, "one milestone fewer"),
-    (lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.9)] * 3, [3, 2]), OptimizerError,
-     "SequentialLR: milestones must be strictly increasing"),
+    (
+        lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.9), S.ExponentialLR(o, 0.9)], [3, 5]),
+        OptimizerError,
+        "one milestone fewer",
+    ),
+    (
+        lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.9)] * 3, [3, 2]),
+        OptimizerError,
+        "SequentialLR: milestones must be strictly increasing",
+    ),
     (lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.9), "x"], [3]), OptimizerTypeError, "schedulers"),
     (lambda o: S.SequentialLR(o, [], []), OptimizerError, "at least one scheduler"),
     (lambda o: S.OneCycleLR(o, max_lr=0.1), OptimizerError, "total_steps"),
@@ -319,11 +353,13 @@ SCHED_CASES = [
     (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=1.5), OptimizerTypeError, "total_steps must be an int"),
     (lambda o: S.OneCycleLR(o, max_lr=0.1, epochs=2, steps_per_epoch=0), OptimizerError, "steps_per_epoch"),
     (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, pct_start=1.5), OptimizerError, "pct_start"),
-    (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, anneal_strategy="cosine"), OptimizerError,
-     "anneal_strategy must be one of 'cos', 'linear'"),
+    (
+        lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, anneal_strategy="cosine"),
+        OptimizerError,
+        "anneal_strategy must be one of 'cos', 'linear'",
+    ),
     (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, div_factor=0), OptimizerError, "div_factor"),
-    (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, final_div_factor=-1), OptimizerError,
-     "final_div_factor"),
+    (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, final_div_factor=-1), OptimizerError, "final_div_factor"),
     (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, max_momentum=1.5), OptimizerError, "max_momentum"),
     (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=10, three_phase="no"), OptimizerTypeError, "three_phase"),
     (lambda o: S.ReduceLROnPlateau(o, factor=1.0), OptimizerError, "Factor"),
@@ -414,8 +450,11 @@ def test_a_bad_gradient_or_parameter_anywhere_stops_the_step_before_any_update(c
     opt.step()
     snap, values = snapshot(opt), [p.detach().numpy().copy() for p in (a, b, c)]
     c.grad = flow.ones(5)  # the last parameter's gradient has the wrong size
-    with pytest.raises(OptimizerError, match=r"param_groups\[1\]\['params'\]\[0\] of shape \(4,\) has a gradient "
-                                             r"of shape \(5,\)"):
+    with pytest.raises(
+        OptimizerError,
+        match=r"param_groups\[1\]\['params'\]\[0\] of shape \(4,\) has a gradient "
+        r"of shape \(5,\)",
+    ):
         opt.step()
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False

@@ -52,6 +52,7 @@ def _set_grads(ps, seed):
 
 # -- eager: an interceptor sees the update op ----------------------------------------------------------
 
+
 def test_an_interceptor_sees_sgd_step_as_one_sgd_update_per_bucket():
     ps = _params((3, 4), (4,), (2, 2))
     opt = flow.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True)
@@ -67,8 +68,9 @@ def test_an_interceptor_sees_sgd_step_as_one_sgd_update_per_bucket():
         assert [tuple(b.shape) for b in bufs] == [(3, 4), (4,), (2, 2)]
         assert values[3] == pytest.approx(0.1) and lr.dtype is flow.float64 and lr.shape == ()
         assert bool(values[4]) is (k == 0)  # the momentum buffer is new on the first step only
-        assert attrs == dict(momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.01, maximize=False,
-                             inplace=True)
+        assert attrs == dict(
+            momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.01, maximize=False, inplace=True
+        )
     # the state the interceptor saw is the optimizer's own (views of its flat buffer)
     bufs = rec.calls[-1][1][2]
     for p, b in zip(ps, bufs):
@@ -130,8 +132,11 @@ def test_the_plugins_doc_example_rewrites_gradients_before_every_update():
         grads = [g / world_size for g in grads]
         return flow.interceptors.redispatch(op, (params, grads, *rest), attrs)
 
-    for make in (lambda ps: flow.optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: flow.optim.Adam(ps, lr=0.1),
-                 lambda ps: flow.optim.Adagrad(ps, lr=0.1)):
+    for make in (
+        lambda ps: flow.optim.SGD(ps, lr=0.1, momentum=0.9),
+        lambda ps: flow.optim.Adam(ps, lr=0.1),
+        lambda ps: flow.optim.Adagrad(ps, lr=0.1),
+    ):
         a, b = _params((3, 2), (4,)), _params((3, 2), (4,))
         oa, ob = make(a), make(b)
         for step in range(2):
@@ -166,8 +171,20 @@ def test_without_an_interceptor_the_update_is_the_reference_formula():
 CALLS: list = []
 
 
-def _plugin_sgd(params, grads, bufs, lr, first_step, *, momentum=0.0, dampening=0.0, nesterov=False,
-                weight_decay=0.0, maximize=False, inplace=False):
+def _plugin_sgd(
+    params,
+    grads,
+    bufs,
+    lr,
+    first_step,
+    *,
+    momentum=0.0,
+    dampening=0.0,
+    nesterov=False,
+    weight_decay=0.0,
+    maximize=False,
+    inplace=False,
+):
     """A plugin's own (plain) SGD kernel: what a fused CUDA kernel would be on a GPU."""
     CALLS.append(len(params))
     assert inplace and momentum == 0.0 and not bufs
@@ -179,8 +196,7 @@ def _plugin_sgd(params, grads, bufs, lr, first_step, *, momentum=0.0, dampening=
 @pytest.fixture
 def npdev_with_sgd_kernel():
     mod = types.ModuleType("plugin_sgd")
-    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel("sgd_update", "npdev",
-                                                                                    _plugin_sgd))
+    mod.flow_register_kernels = hookimpl(lambda registry: registry.register_kernel("sgd_update", "npdev", _plugin_sgd))
     flow.plugins.register(array_device_plugin, name=NPDEV_PLUGIN)
     flow.plugins.register(mod, name="tests.optimizer_ops.sgd_kernel")
     CALLS.clear()
@@ -210,19 +226,30 @@ def test_a_kernel_registered_for_the_op_on_a_device_runs_the_step(npdev_with_sgd
 
 # -- graph mode: the same op, bit for bit ----------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [lambda ps: flow.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-                                  lambda ps: flow.optim.AdamW(ps, lr=0.01, amsgrad=True),
-                                  lambda ps: flow.optim.RMSprop(ps, lr=0.01, momentum=0.5, centered=True),
-                                  lambda ps: flow.optim.LAMB(ps, lr=0.01)],
-                         ids=["sgd", "adamw", "rmsprop", "lamb"])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: flow.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+        lambda ps: flow.optim.AdamW(ps, lr=0.01, amsgrad=True),
+        lambda ps: flow.optim.RMSprop(ps, lr=0.01, momentum=0.5, centered=True),
+        lambda ps: flow.optim.LAMB(ps, lr=0.01),
+    ],
+    ids=["sgd", "adamw", "rmsprop", "lamb"],
+)
 def test_graph_mode_records_the_update_op_and_agrees_bit_for_bit(make):
     def model(seed):
         flow.manual_seed(seed)
         return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
 
     rng = np.random.default_rng(0)
-    batches = [(flow.tensor(rng.standard_normal((5, 4)).astype(np.float32)),
-                flow.tensor(rng.standard_normal((5, 2)).astype(np.float32))) for _ in range(4)]
+    batches = [
+        (
+            flow.tensor(rng.standard_normal((5, 4)).astype(np.float32)),
+            flow.tensor(rng.standard_normal((5, 2)).astype(np.float32)),
+        )
+        for _ in range(4)
+    ]
     m1, m2 = model(1), model(1)
     o1, o2 = make(list(m1.parameters())), make(list(m2.parameters()))
 
@@ -301,6 +328,7 @@ def test_an_optimizer_the_graph_does_not_know_is_an_error():
 
 # -- dropout's mask ---------------------------------------------------------------------------------
 
+
 def test_dropout_mask_is_an_op_in_eager_mode():
     x = flow.ones(4, 6)
     rec = Recorder("bernoulli_mask")
@@ -308,8 +336,10 @@ def test_dropout_mask_is_an_op_in_eager_mode():
     with flow.interceptors.intercept(rec):
         y = flow.nn.functional.dropout(x, p=0.25)
         z = flow.nn.functional.dropout2d(flow.ones(2, 3, 4, 4), p=0.5)
-    assert [c[2] for c in rec.calls] == [dict(shape=(4, 6), p=0.25, scale=1.0 / 0.75),
-                                         dict(shape=(2, 3, 1, 1), p=0.5, scale=2.0)]
+    assert [c[2] for c in rec.calls] == [
+        dict(shape=(4, 6), p=0.25, scale=1.0 / 0.75),
+        dict(shape=(2, 3, 1, 1), p=0.5, scale=2.0),
+    ]
     # the mask comes from flow's default generator, uniforms >= p
     flow.manual_seed(7)
     from flow._random import host_rng

@@ -74,12 +74,22 @@ def _plugin():
         registry.register_kernel("mul", DEV, _mul, out=BACKEND.mul_out)
 
     def rules(registry):
-        registry.register_rule(FUSION_TABLE, DEV, FusionRule(ops=frozenset({"add", "sub", "mul", "tanh", "exp"}),
-                                                             dtypes=frozenset({"float32"}), lower=BACKEND.lower))
+        registry.register_rule(
+            FUSION_TABLE,
+            DEV,
+            FusionRule(
+                ops=frozenset({"add", "sub", "mul", "tanh", "exp"}), dtypes=frozenset({"float32"}), lower=BACKEND.lower
+            ),
+        )
         registry.register_rule(ARENA_TABLE, DEV, numpy_arena_rule())
-        registry.register_rule(PLAN_PHASE_TABLE, "tests_record", PlanPhase(
-            lambda plan, config: BACKEND.plans.append(plan),
-            applies=lambda plan: any(st.device_type == DEV for st in plan.steps)))
+        registry.register_rule(
+            PLAN_PHASE_TABLE,
+            "tests_record",
+            PlanPhase(
+                lambda plan, config: BACKEND.plans.append(plan),
+                applies=lambda plan: any(st.device_type == DEV for st in plan.steps),
+            ),
+        )
 
     mod.flow_register_device_types = hookimpl(devices)
     mod.flow_register_kernels = hookimpl(kernels)
@@ -133,6 +143,7 @@ def _ops(c) -> dict:
 
 # -- the tables ----------------------------------------------------------------------------------
 
+
 def test_the_core_declares_the_tables_and_the_cpu_fills_them():
     for name in (FUSION_TABLE, ARENA_TABLE, PLAN_PHASE_TABLE):
         assert REGISTRY.get_table(name).owner == "flow.graph"
@@ -167,14 +178,18 @@ def test_register_out_variant_errors_name_the_op_and_kernel():
         register_out_variant(registry, "mul", BARE, BACKEND.mul_out)
 
     mod.flow_register_rules = hookimpl(rules)
-    with pytest.raises(flow.errors.PluginError, match=r"op 'mul': no kernel 'default' is registered for device "
-                                                      r"'tests_passbare'"):
+    with pytest.raises(
+        flow.errors.PluginError,
+        match=r"op 'mul': no kernel 'default' is registered for device "
+        r"'tests_passbare'",
+    ):
         flow.plugins.register(mod, name="tests.bad_out")
     with pytest.raises(RegistrationError, match="unknown op 'tests_no_such_op'"):
         register_out_variant(REGISTRY, "tests_no_such_op", "cpu", BACKEND.mul_out)
 
 
 # -- fusion on a plugin device -------------------------------------------------------------------
+
 
 def test_a_plugin_device_gets_fused_groups_lowered_by_its_rule():
     x, y = _inputs(DEV)
@@ -220,6 +235,7 @@ def test_rule_ops_and_dtypes_limit_what_fuses():
 
 
 # -- memory planning and plan phases on a plugin device ------------------------------------------
+
 
 def test_memory_planning_gives_a_plugin_device_an_arena_and_out_kernels_write_into_it():
     def g(x, y):
@@ -274,6 +290,7 @@ def _config(fusion=True, planning=True):
 
 
 # -- training on the plugin device with every pass -----------------------------------------------
+
 
 def test_training_on_a_plugin_device_with_fusion_and_planning_matches_eager():
     def run(graph: bool, device: str):

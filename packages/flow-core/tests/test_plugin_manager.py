@@ -54,14 +54,21 @@ def _kernel(reg, op="twice", dev="cpu"):
 
 # -- 1. misspelled hooks ---------------------------------------------------------------------------
 
+
 def test_a_misspelled_hook_stops_the_load_naming_plugin_distribution_and_close_hooks(tmp_path):
-    fake_plugin(tmp_path, "typo-ops", "typo", "typo_mod", """
+    fake_plugin(
+        tmp_path,
+        "typo-ops",
+        "typo",
+        "typo_mod",
+        """
         from flow.plugins import hookimpl
 
         @hookimpl
         def flow_register_kernel(registry):   # flow_register_kernels
             pass
-    """)
+    """,
+    )
     proc = run_py("import flow\nflow.ones(2) + 1\n", tmp_path)
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()[-1]
@@ -71,20 +78,29 @@ def test_a_misspelled_hook_stops_the_load_naming_plugin_distribution_and_close_h
 
 
 def test_an_optional_hook_of_an_absent_plugin_loads(tmp_path):
-    fake_plugin(tmp_path, "opt-ops", "opt", "opt_mod", """
+    fake_plugin(
+        tmp_path,
+        "opt-ops",
+        "opt",
+        "opt_mod",
+        """
         from flow.plugins import hookimpl
 
         @hookimpl(optionalhook=True)
         def flow_dist_sbp_rules(registry):
             pass
-    """)
+    """,
+    )
     out = ok(run_py("import flow\nprint((flow.ones(2) + 1).tolist())\n", tmp_path))
     assert out.strip() == "[2.0, 2.0]"
 
 
 def test_a_refused_runtime_plugin_leaves_nothing_behind():
-    mod = _module("typo2", flow_register_ops=lambda registry: registry.register_op(
-        schema("tests_typo_op", ["x"]), meta=_same), flow_register_passez=lambda registry: None)
+    mod = _module(
+        "typo2",
+        flow_register_ops=lambda registry: registry.register_op(schema("tests_typo_op", ["x"]), meta=_same),
+        flow_register_passez=lambda registry: None,
+    )
     with pytest.raises(PluginError, match=r"'tests\.typo2'.*flow_register_passez.*'flow_register_passes'"):
         flow.plugins.register(mod, name="tests.typo2")
     assert "tests_typo_op" not in REGISTRY.ops
@@ -92,6 +108,7 @@ def test_a_refused_runtime_plugin_leaves_nothing_behind():
 
 
 # -- 2. priorities and overrides -----------------------------------------------------------------
+
 
 def test_an_accidental_duplicate_kernel_still_raises(reg):
     reg.current_plugin = "other"
@@ -115,12 +132,16 @@ def test_the_higher_priority_kernel_wins_in_either_load_order(fast_first):
         r.current_plugin = "slow"
         r.register_kernel("twice", "cpu", lambda x: x * 2)
 
-    for f in ((fast, slow) if fast_first else (slow, fast)):
+    for f in (fast, slow) if fast_first else (slow, fast):
         f()
     assert _kernel(r)(np.ones(1)).tolist() == [20.0]
     [c] = r.contested()
-    assert c == {"what": "kernel twice[cpu]", "winner": "fast", "priority": 10,
-                 "over": [{"plugin": "slow", "priority": 0}]}
+    assert c == {
+        "what": "kernel twice[cpu]",
+        "winner": "fast",
+        "priority": 10,
+        "over": [{"plugin": "slow", "priority": 0}],
+    }
     r.remove_plugin("fast")
     assert _kernel(r)(np.ones(1)).tolist() == [2.0]  # what it overrode is back
     assert r.contested() == []
@@ -181,8 +202,12 @@ def test_pass_override_keeps_its_place_and_is_restored():
 
 def test_the_process_registry_takes_a_priority_kernel_and_gives_the_core_one_back():
     before = list(flow.registry.get_op("exp").kernels[("generic", None)])
-    mod = _module("fast_exp", flow_register_kernels=lambda registry: registry.register_kernel(
-        "exp", "generic", lambda xp: (lambda x: xp.exp(x) + 1000), priority=10))
+    mod = _module(
+        "fast_exp",
+        flow_register_kernels=lambda registry: registry.register_kernel(
+            "exp", "generic", lambda xp: lambda x: xp.exp(x) + 1000, priority=10
+        ),
+    )
     flow.plugins.register(mod, name="tests.fast_exp")
     try:
         assert flow.exp(flow.zeros(2)).tolist() == [1001.0, 1001.0]
@@ -197,23 +222,35 @@ def test_the_process_registry_takes_a_priority_kernel_and_gives_the_core_one_bac
 
 
 def test_cli_shows_who_won_each_contested_registration(tmp_path):
-    fake_plugin(tmp_path, "fast-exp", "fastexp", "fastexp_mod", """
+    fake_plugin(
+        tmp_path,
+        "fast-exp",
+        "fastexp",
+        "fastexp_mod",
+        """
         import numpy as np
         from flow.plugins import hookimpl
 
         @hookimpl
         def flow_register_kernels(registry):
             registry.register_kernel("exp", "cpu", np.exp, priority=5)
-    """)
+    """,
+    )
     # a second plugin at the default priority loses, though it loads later (names sort after)
-    fake_plugin(tmp_path, "slow-exp", "slowexp", "slowexp_mod", """
+    fake_plugin(
+        tmp_path,
+        "slow-exp",
+        "slowexp",
+        "slowexp_mod",
+        """
         import numpy as np
         from flow.plugins import hookimpl
 
         @hookimpl
         def flow_register_kernels(registry):
             registry.register_kernel("exp", "cpu", lambda x: np.exp(x) * 0)
-    """)
+    """,
+    )
     out = ok(run_py("import flow.__main__ as m; m.main(['plugins'])", tmp_path))
     section = out.split("contested registrations (winner first):")[1]
     assert "    kernel exp[cpu]: fastexp (priority 5) over slowexp (priority 0)" in section
@@ -222,9 +259,11 @@ def test_cli_shows_who_won_each_contested_registration(tmp_path):
 
 # -- 3. queued rules -------------------------------------------------------------------------------
 
+
 def test_a_rule_waits_for_its_table_and_goes_back_to_the_queue_with_its_owner():
-    filler = _module("filler", flow_register_rules=lambda registry: registry.register_rule(
-        "tests_sbp", "add", ("S(0)", "S(0)")))
+    filler = _module(
+        "filler", flow_register_rules=lambda registry: registry.register_rule("tests_sbp", "add", ("S(0)", "S(0)"))
+    )
     owner = _module("owner", flow_register_tables=lambda registry: registry.declare_table("tests_sbp"))
     flow.plugins.register(filler, name="tests.filler")
     try:
@@ -261,22 +300,31 @@ def test_queued_rules_are_checked_for_duplicates(reg):
 
 
 def test_cli_lists_queued_rules(tmp_path):
-    fake_plugin(tmp_path, "rule-ops", "ruleops", "ruleops_mod", """
+    fake_plugin(
+        tmp_path,
+        "rule-ops",
+        "ruleops",
+        "ruleops_mod",
+        """
         from flow.plugins import hookimpl
 
         @hookimpl
         def flow_register_rules(registry):
             registry.register_rule("tests_never_declared", "mul", "B")
-    """)
+    """,
+    )
     out = ok(run_py("import flow.__main__ as m; m.main(['plugins'])", tmp_path))
     queued = out.split("queued rules (no loaded plugin declares their table yet):")[1]
     assert "    tests_never_declared:mul  from ruleops" in queued
-    data = {d["name"]: d for d in json.loads(ok(run_py("import flow.__main__ as m; m.main(['plugins', '--json'])",
-                                                         tmp_path)))}
+    data = {
+        d["name"]: d
+        for d in json.loads(ok(run_py("import flow.__main__ as m; m.main(['plugins', '--json'])", tmp_path)))
+    }
     assert data["ruleops"]["pending_rules"] == ["tests_never_declared:mul"]
 
 
 # -- 4. remove_plugin ------------------------------------------------------------------------------
+
 
 def test_remove_plugin_removes_everything_it_registered():
     r = Registry()
@@ -293,7 +341,7 @@ def test_remove_plugin_removes_everything_it_registered():
     r.register_pass("xpass", lambda ir, c: ir)
     r.current_plugin = "third"
     r.register_kernel("gone", "xdev", lambda x: x)  # on the op that goes: goes with it
-    r.register_rule("xt", "gone", 2)                # in the table that goes: queued again
+    r.register_rule("xt", "gone", 2)  # in the table that goes: queued again
     r.remove_plugin("extra")
     assert set(r._ops) == {"keep"} and set(r._device_types) == {"cpu"}
     assert r._ops["keep"].kernels == {} and "xt" not in r._tables and "xpass" not in r._passes
@@ -307,6 +355,7 @@ def test_remove_plugin_removes_everything_it_registered():
 
 # -- op modules are discovered ---------------------------------------------------------------------
 
+
 def test_a_new_module_in_flow_ops_is_found_without_being_listed(tmp_path):
     (tmp_path / "tests_walked_ops.py").write_text(
         "from flow.ops._define import defop, kernel\n"
@@ -316,8 +365,10 @@ def test_a_new_module_in_flow_ops_is_found_without_being_listed(tmp_path):
         "               dtypes=ANY)\n\n\n"
         "@kernel(WALKED)\n"
         "def _k(xp):\n"
-        "    return lambda x: x * 7\n")
-    out = ok(run_py(f"""
+        "    return lambda x: x * 7\n"
+    )
+    out = ok(
+        run_py(f"""
         import flow.ops
         flow.ops.__path__.append({str(tmp_path)!r})   # as if the file were in the package's directory
         import flow
@@ -325,7 +376,8 @@ def test_a_new_module_in_flow_ops_is_found_without_being_listed(tmp_path):
         assert "flow.ops.tests_walked_ops" in op_modules() and "flow.ops.plugin" not in op_modules()
         print(flow.ops.call("tests_walked", flow.ones(2)).tolist())
         print(flow.registry.REGISTRY.ops["tests_walked"].plugin)
-    """))
+    """)
+    )
     assert out.split() == ["[7.0,", "7.0]", "flow.ops"]
 
 
@@ -337,6 +389,9 @@ def test_every_public_module_of_flow_ops_is_imported_when_the_plugins_load():
     from flow.ops.plugin import op_modules
 
     flow.registry.REGISTRY.ops  # noqa: B018 - loads the plugins
-    public = {f"flow.ops.{m.name}" for m in pkgutil.iter_modules(flow.ops.__path__)
-              if not m.name.startswith("_") and m.name != "plugin"}
+    public = {
+        f"flow.ops.{m.name}"
+        for m in pkgutil.iter_modules(flow.ops.__path__)
+        if not m.name.startswith("_") and m.name != "plugin"
+    }
     assert public <= set(op_modules()) and all(m in sys.modules for m in public)

@@ -27,7 +27,7 @@ from flow.registry import REGISTRY, schema
 
 # -- helpers -------------------------------------------------------------------------------
 
-GOOD_PLUGIN = '''
+GOOD_PLUGIN = """
 import numpy as np
 from flow.plugins import hookimpl
 from flow.registry import schema
@@ -46,7 +46,7 @@ def flow_register_ops(registry):
 @hookimpl
 def flow_register_kernels(registry):
     registry.register_kernel("{op}", "cpu", lambda x: x * 3)
-'''
+"""
 
 
 def fake_plugin(root, dist: str, ep_name: str, module: str, source: str, version: str = "0.1") -> None:
@@ -64,8 +64,9 @@ def run_py(code: str, root=None, **env: str) -> subprocess.CompletedProcess:
     if root is not None:
         e["PYTHONPATH"] = str(root) + os.pathsep + e.get("PYTHONPATH", "")
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True, timeout=300
+    )
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:
@@ -81,8 +82,11 @@ def good(tmp_path):
 
 # -- lazy loading ----------------------------------------------------------------------------
 
+
 def test_nothing_loads_at_import_only_on_first_registry_use(good):
-    out = ok(run_py("""
+    out = ok(
+        run_py(
+            """
         import sys
         import flow
         from flow.plugins import manager
@@ -95,29 +99,41 @@ def test_nothing_loads_at_import_only_on_first_registry_use(good):
         y = x + 1                         # the first op loads every plugin
         assert manager.is_loaded() and "fakeplugin_mod" in sys.modules
         print(flow.ops.call("fake_triple", y).tolist())
-    """, good))
+    """,
+            good,
+        )
+    )
     assert out.strip() == "[6.0, 6.0, 6.0]"
 
 
-@pytest.mark.parametrize("first_use", [
-    "flow.registry.REGISTRY.ops",
-    "flow.registry.REGISTRY.device_types",
-    "flow.registry.get_op('add')",
-    "flow.plugins.list_plugins()",
-    "flow.ops.call('fake_triple', flow.ones(1))",
-])
+@pytest.mark.parametrize(
+    "first_use",
+    [
+        "flow.registry.REGISTRY.ops",
+        "flow.registry.REGISTRY.device_types",
+        "flow.registry.get_op('add')",
+        "flow.plugins.list_plugins()",
+        "flow.ops.call('fake_triple', flow.ones(1))",
+    ],
+)
 def test_reading_any_registry_loads_the_plugins(good, first_use):
-    ok(run_py(f"""
+    ok(
+        run_py(
+            f"""
         import sys
         import flow
         from flow.plugins import manager
         assert not manager.is_loaded()
         {first_use}
         assert manager.is_loaded() and "fakeplugin_mod" in sys.modules
-    """, good))
+    """,
+            good,
+        )
+    )
 
 
 # -- loud failures ---------------------------------------------------------------------------
+
 
 def test_a_plugin_that_fails_to_import_is_named(tmp_path):
     fake_plugin(tmp_path, "brokenplugin", "broken", "broken_mod", "raise ImportError('no module named cupyx')\n")
@@ -131,13 +147,19 @@ def test_a_plugin_that_fails_to_import_is_named(tmp_path):
 
 
 def test_a_plugin_whose_hook_raises_is_named_with_the_hook(tmp_path):
-    fake_plugin(tmp_path, "hookfail", "hookfail", "hookfail_mod", """
+    fake_plugin(
+        tmp_path,
+        "hookfail",
+        "hookfail",
+        "hookfail_mod",
+        """
         from flow.plugins import hookimpl
 
         @hookimpl
         def flow_register_kernels(registry):
             raise RuntimeError("kernel table is corrupt")
-    """)
+    """,
+    )
     proc = run_py("import flow\nflow.ones(2) + 1\n", tmp_path)
     assert proc.returncode != 0
     err = proc.stderr
@@ -146,7 +168,12 @@ def test_a_plugin_whose_hook_raises_is_named_with_the_hook(tmp_path):
 
 
 def test_after_a_failed_load_the_next_use_retries_from_scratch(tmp_path):
-    fake_plugin(tmp_path, "hookfail", "hookfail", "hookfail_mod", """
+    fake_plugin(
+        tmp_path,
+        "hookfail",
+        "hookfail",
+        "hookfail_mod",
+        """
         from flow.plugins import hookimpl
         CALLS = []
 
@@ -155,8 +182,11 @@ def test_after_a_failed_load_the_next_use_retries_from_scratch(tmp_path):
             CALLS.append(1)
             if len(CALLS) == 1:
                 raise RuntimeError("first time")
-    """)
-    out = ok(run_py("""
+    """,
+    )
+    out = ok(
+        run_py(
+            """
         import flow
         from flow.errors import PluginError
         try:
@@ -164,14 +194,20 @@ def test_after_a_failed_load_the_next_use_retries_from_scratch(tmp_path):
         except PluginError as e:
             print("failed:", "first time" in str(e))
         print((flow.ones(2) + 1).tolist())
-    """, tmp_path))
+    """,
+            tmp_path,
+        )
+    )
     assert out.split("\n")[:2] == ["failed: True", "[2.0, 2.0]"]
 
 
 # -- switches --------------------------------------------------------------------------------
 
+
 def test_disable_autoload_skips_entry_points_but_not_the_builtins(good):
-    out = ok(run_py("""
+    out = ok(
+        run_py(
+            """
         import sys, json
         import flow
         print((flow.ones(2) + 1).tolist())
@@ -179,7 +215,11 @@ def test_disable_autoload_skips_entry_points_but_not_the_builtins(good):
         info = {i.name: i for i in flow.plugins.list_plugins()}
         assert info["flow.ops"].loaded and info["flow.cpu"].loaded
         print(json.dumps([info["fake"].loaded, info["fake"].skipped_reason, info["fake"].distribution]))
-    """, good, FLOW_DISABLE_PLUGIN_AUTOLOAD="1"))
+    """,
+            good,
+            FLOW_DISABLE_PLUGIN_AUTOLOAD="1",
+        )
+    )
     lines = out.strip().split("\n")
     assert lines[0] == "[2.0, 2.0]"
     loaded, reason, dist = json.loads(lines[1])
@@ -188,8 +228,7 @@ def test_disable_autoload_skips_entry_points_but_not_the_builtins(good):
 
 def test_disable_autoload_also_avoids_a_broken_plugin(tmp_path):
     fake_plugin(tmp_path, "brokenplugin", "broken", "broken_mod", "raise ImportError('boom')\n")
-    out = ok(run_py("import flow\nprint((flow.ones(2) * 2).tolist())\n", tmp_path,
-                    FLOW_DISABLE_PLUGIN_AUTOLOAD="1"))
+    out = ok(run_py("import flow\nprint((flow.ones(2) * 2).tolist())\n", tmp_path, FLOW_DISABLE_PLUGIN_AUTOLOAD="1"))
     assert out.strip() == "[2.0, 2.0]"
 
 
@@ -209,12 +248,15 @@ LOADED = """
 """
 
 
-@pytest.mark.parametrize("selection, expected", [
-    ("alpha", ["alpha"]),            # by entry-point name
-    ("beta-ops", ["beta"]),          # by distribution name
-    ("alpha, beta", ["alpha", "beta"]),
-    ("flow-core", []),               # only the built-ins
-])
+@pytest.mark.parametrize(
+    "selection, expected",
+    [
+        ("alpha", ["alpha"]),  # by entry-point name
+        ("beta-ops", ["beta"]),  # by distribution name
+        ("alpha, beta", ["alpha", "beta"]),
+        ("flow-core", []),  # only the built-ins
+    ],
+)
 def test_flow_plugins_picks_plugins_by_entry_point_or_distribution(two, selection, expected):
     out = ok(run_py(LOADED, two, FLOW_PLUGINS=selection)).strip().split("\n")
     assert out[0] == str([f"{n}_mod" for n in expected])
@@ -237,7 +279,9 @@ def test_all_entry_points_load_by_default(two):
 
 
 def test_skipped_plugins_are_named_when_a_kernel_is_missing(two):
-    out = ok(run_py("""
+    out = ok(
+        run_py(
+            """
         import flow
         from flow.errors import KernelNotFoundError
         from flow.registry import DeviceType
@@ -249,32 +293,44 @@ def test_skipped_plugins_are_named_when_a_kernel_is_missing(two):
             flow.ones(2, device="bare") + 1
         except KernelNotFoundError as e:
             print(e)
-    """, two, FLOW_PLUGINS="alpha"))
+    """,
+            two,
+            FLOW_PLUGINS="alpha",
+        )
+    )
     assert "op 'add' on device 'bare'" in out
     assert "beta (beta-ops)" in out and "alpha" not in out.split("may provide it:")[1]
 
 
 # -- python -m flow plugins ------------------------------------------------------------------
 
+
 def test_cli_lists_plugins_with_distribution_and_registrations(good):
-    out = ok(run_py("import sys, runpy; sys.argv = ['flow', 'plugins']; runpy.run_module('flow', run_name='__main__')",
-                    good))
+    out = ok(
+        run_py("import sys, runpy; sys.argv = ['flow', 'plugins']; runpy.run_module('flow', run_name='__main__')", good)
+    )
     lines = out.splitlines()
     fake = [i for i, line in enumerate(lines) if line.startswith("fake ")]
     assert fake, out
     head = lines[fake[0]]
     assert "[fakeplugin 0.1, entry point, loaded]" in head and head.endswith("fakeplugin_mod")
-    body = "\n".join(lines[fake[0] + 1: fake[0] + 3])
+    body = "\n".join(lines[fake[0] + 1 : fake[0] + 3])
     assert "ops: fake_triple" in body and "kernels: fake_triple[cpu]" in body
     assert any(line.startswith("flow.ops  [flow-core") and "builtin, loaded" in line for line in lines)
     assert any(line.startswith("flow.cpu  [flow-core") for line in lines)
 
 
 def test_cli_json(good):
-    proc = subprocess.run([sys.executable, "-m", "flow", "plugins", "--json"], capture_output=True, text=True,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith("FLOW_")},
-                               "PYTHONPATH": str(good) + os.pathsep + os.environ.get("PYTHONPATH", "")},
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flow", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("FLOW_")},
+            "PYTHONPATH": str(good) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        },
+        timeout=300,
+    )
     data = {d["name"]: d for d in json.loads(ok(proc))}
     assert data["fake"]["distribution"] == "fakeplugin" and data["fake"]["version"] == "0.1"
     assert data["fake"]["loaded"] and not data["fake"]["builtin"]
@@ -303,6 +359,7 @@ def test_cli_rejects_unknown_commands():
 
 
 # -- run-time plugins, check_pending, unregister -----------------------------------------------
+
 
 def _module(name: str, **hooks) -> types.ModuleType:
     mod = types.ModuleType(name)
@@ -359,6 +416,7 @@ def test_runtime_register_runs_every_phase_in_order_and_unregister_removes_every
                 registry.register_rule("tests_table", "add", "rule")
             elif phase == "flow_register_passes":
                 registry.register_pass("tests_pass", lambda ir, config: ir)
+
         return f
 
     phases = flow.plugins.manager.PHASES
@@ -371,9 +429,14 @@ def test_runtime_register_runs_every_phase_in_order_and_unregister_removes_every
         assert REGISTRY.tables["tests_table"]["add"] == "rule"
         info = {i.name: i for i in flow.plugins.list_plugins()}["tests.rt"]
         assert info.loaded and info.distribution == "<runtime>"
-        assert info.registered == {"device_types": ["tests_dev"], "ops": ["tests_rt_op"], "tables": ["tests_table"],
-                                   "kernels": ["tests_rt_op[cpu]", "add[tests_dev]"], "rules": ["tests_table:add"],
-                                   "passes": ["tests_pass"]}
+        assert info.registered == {
+            "device_types": ["tests_dev"],
+            "ops": ["tests_rt_op"],
+            "tables": ["tests_table"],
+            "kernels": ["tests_rt_op[cpu]", "add[tests_dev]"],
+            "rules": ["tests_table:add"],
+            "passes": ["tests_pass"],
+        }
     finally:
         flow.plugins.unregister("tests.rt")
     assert "tests_rt_op" not in REGISTRY.ops and "tests_dev" not in REGISTRY.device_types
@@ -441,14 +504,25 @@ def test_a_plugin_can_add_hookspecs_that_other_plugins_implement():
 
 def test_kernels_may_target_ops_of_plugins_loaded_later(tmp_path):
     # "aaa" sorts (and loads) first, but registers a kernel for an op "zzz" declares: phases make it work.
-    fake_plugin(tmp_path, "aaa-kernels", "aaa", "aaa_mod", """
+    fake_plugin(
+        tmp_path,
+        "aaa-kernels",
+        "aaa",
+        "aaa_mod",
+        """
         from flow.plugins import hookimpl
 
         @hookimpl
         def flow_register_kernels(registry):
             registry.register_kernel("zzz_op", "cpu", lambda x: x * 10)
-    """)
-    fake_plugin(tmp_path, "zzz-ops", "zzz", "zzz_mod", """
+    """,
+    )
+    fake_plugin(
+        tmp_path,
+        "zzz-ops",
+        "zzz",
+        "zzz_mod",
+        """
         from flow.plugins import hookimpl
         from flow.registry import schema
         from flow.ops.meta import TensorMeta
@@ -456,6 +530,7 @@ def test_kernels_may_target_ops_of_plugins_loaded_later(tmp_path):
         @hookimpl
         def flow_register_ops(registry):
             registry.register_op(schema("zzz_op", ["x"]), meta=lambda x: TensorMeta(tuple(x.shape), x.dtype, x.device))
-    """)
+    """,
+    )
     out = ok(run_py("import flow\nprint(flow.ops.call('zzz_op', flow.ones(2)).tolist())", tmp_path))
     assert out.strip() == "[10.0, 10.0]"

@@ -95,8 +95,12 @@ def np_bilinear_align_corners(x, size):
             h0, w0 = min(int(sh), H - 1), min(int(sw), W - 1)
             h1, w1 = min(h0 + 1, H - 1), min(w0 + 1, W - 1)
             a, b = sh - h0, sw - w0
-            out[:, :, i, j] = ((1 - a) * (1 - b) * x[:, :, h0, w0] + (1 - a) * b * x[:, :, h0, w1]
-                               + a * (1 - b) * x[:, :, h1, w0] + a * b * x[:, :, h1, w1])
+            out[:, :, i, j] = (
+                (1 - a) * (1 - b) * x[:, :, h0, w0]
+                + (1 - a) * b * x[:, :, h0, w1]
+                + a * (1 - b) * x[:, :, h1, w0]
+                + a * b * x[:, :, h1, w1]
+            )
     return out
 
 
@@ -119,8 +123,14 @@ def test_max_pool2d_matches_numpy_reference(kw):
     x = distinct(2, 3, 9, 8)
     out, idx = F.max_pool2d(flow.tensor(x), return_indices=True, **kw)
     k = _pair(kw["kernel_size"])
-    ref, ridx = np_max_pool2d(x, k, _pair(kw.get("stride", k)), _pair(kw.get("padding", 0)),
-                              _pair(kw.get("dilation", 1)), kw.get("ceil_mode", False))
+    ref, ridx = np_max_pool2d(
+        x,
+        k,
+        _pair(kw.get("stride", k)),
+        _pair(kw.get("padding", 0)),
+        _pair(kw.get("dilation", 1)),
+        kw.get("ceil_mode", False),
+    )
     np.testing.assert_array_equal(out.numpy(), ref)
     np.testing.assert_array_equal(idx.numpy(), ridx)
     assert idx.dtype is flow.int64
@@ -144,8 +154,14 @@ def test_max_pool_nan_wins():
     assert np.isnan(out[0, 0, 0, 0]) and not np.isnan(out[0, 0, 1, 1])
 
 
-@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
-                                dict(kernel_size=(2, 3), stride=(1, 2), dilation=(2, 1))])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(kernel_size=2),
+        dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+        dict(kernel_size=(2, 3), stride=(1, 2), dilation=(2, 1)),
+    ],
+)
 def test_max_pool2d_gradients_finite_differences(kw):
     assert gradcheck(lambda a: F.max_pool2d(a, **kw), (leaf(distinct(1, 2, 6, 5)),))
 
@@ -166,8 +182,15 @@ def test_avg_pool2d_matches_numpy_reference_and_finite_differences(kw):
     x = rand(2, 3, 9, 8)
     out = F.avg_pool2d(flow.tensor(x), **kw)
     k = _pair(kw["kernel_size"])
-    ref = np_avg_pool2d(x, k, _pair(kw.get("stride", k)), _pair(kw.get("padding", 0)), kw.get("ceil_mode", False),
-                        kw.get("count_include_pad", True), kw.get("divisor_override"))
+    ref = np_avg_pool2d(
+        x,
+        k,
+        _pair(kw.get("stride", k)),
+        _pair(kw.get("padding", 0)),
+        kw.get("ceil_mode", False),
+        kw.get("count_include_pad", True),
+        kw.get("divisor_override"),
+    )
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-12, atol=1e-12)
     assert gradcheck(lambda a: F.avg_pool2d(a, **kw), (leaf(rand(1, 1, 6, 7)),))
 
@@ -179,16 +202,18 @@ def test_pool1d_matches_numpy_reference():
     np.testing.assert_array_equal(out.numpy(), ref[:, :, 0])
     np.testing.assert_array_equal(idx.numpy(), ridx[:, :, 0])
     avg = F.avg_pool1d(flow.tensor(x), 4, 3, 2, ceil_mode=True, count_include_pad=False)
-    np.testing.assert_allclose(avg.numpy(), np_avg_pool2d(x[:, :, None], (1, 4), (1, 3), (0, 2), True, False)[:, :, 0],
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        avg.numpy(), np_avg_pool2d(x[:, :, None], (1, 4), (1, 3), (0, 2), True, False)[:, :, 0], rtol=1e-12, atol=1e-12
+    )
     assert F.max_pool1d(flow.tensor(x[0]), 2).shape == (3, 5)  # unbatched
 
 
 @pytest.mark.parametrize("out", [(3, 4), (4, 3), (1, 1), (5, 7), (9, 8), (12, 11)])
 def test_adaptive_avg_pool2d_matches_numpy_reference(out):
     x = rand(2, 3, 9, 8)
-    np.testing.assert_allclose(F.adaptive_avg_pool2d(flow.tensor(x), out).numpy(), np_adaptive_avg2d(x, out),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        F.adaptive_avg_pool2d(flow.tensor(x), out).numpy(), np_adaptive_avg2d(x, out), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_adaptive_pooling_gradients_and_double_backward():
@@ -197,8 +222,11 @@ def test_adaptive_pooling_gradients_and_double_backward():
     assert gradcheck(lambda a: F.adaptive_max_pool2d(a, (3, 2)), (leaf(distinct(1, 2, 5, 7)),))
     # the gradient of a pooling is linear in the output gradient: differentiate it again
     x = leaf(distinct(1, 2, 5, 5))
-    for fn in (lambda a: F.max_pool2d(a, 3, 2, 1), lambda a: F.avg_pool2d(a, 3, 2, 1, ceil_mode=True),
-               lambda a: F.adaptive_avg_pool2d(a, 3)):
+    for fn in (
+        lambda a: F.max_pool2d(a, 3, 2, 1),
+        lambda a: F.avg_pool2d(a, 3, 2, 1, ceil_mode=True),
+        lambda a: F.adaptive_avg_pool2d(a, 3),
+    ):
         y = fn(x)
         v = leaf(rand(*y.shape))
         (g,) = flow.autograd.grad((y * v).sum(), [x], create_graph=True)
@@ -206,9 +234,15 @@ def test_adaptive_pooling_gradients_and_double_backward():
         assert gv.shape == y.shape
 
 
-@pytest.mark.parametrize("fn", [lambda a: F.max_pool2d(a, 3, 2, 1) * a.sum(), lambda a: F.avg_pool2d(a, 2) * a.sum(),
-                                lambda a: F.adaptive_avg_pool2d(a, (3, 2)) ** 2,
-                                lambda a: F.interpolate(a, scale_factor=1.5, mode="bilinear") ** 2])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: F.max_pool2d(a, 3, 2, 1) * a.sum(),
+        lambda a: F.avg_pool2d(a, 2) * a.sum(),
+        lambda a: F.adaptive_avg_pool2d(a, (3, 2)) ** 2,
+        lambda a: F.interpolate(a, scale_factor=1.5, mode="bilinear") ** 2,
+    ],
+)
 def test_second_derivatives(fn):
     assert gradgradcheck(fn, (leaf(distinct(1, 2, 5, 5)),))
 
@@ -249,13 +283,31 @@ def test_interpolate_nearest_and_bilinear_reference():
 
 
 def test_functional_exports():
-    for name in ("max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-                 "adaptive_max_pool2d", "interpolate"):
+    for name in (
+        "max_pool1d",
+        "max_pool2d",
+        "avg_pool1d",
+        "avg_pool2d",
+        "adaptive_avg_pool1d",
+        "adaptive_avg_pool2d",
+        "adaptive_max_pool2d",
+        "interpolate",
+    ):
         assert callable(getattr(F, name))
 
 
-@pytest.mark.parametrize("op", ["max_pool2d", "max_pool2d_backward", "max_pool2d_gather", "max_unpool2d", "avg_pool2d",
-                                "avg_pool2d_backward", "adaptive_max_pool2d"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "max_pool2d",
+        "max_pool2d_backward",
+        "max_pool2d_gather",
+        "max_unpool2d",
+        "avg_pool2d",
+        "avg_pool2d_backward",
+        "adaptive_max_pool2d",
+    ],
+)
 def test_opcheck(op):
     assert opcheck(op)["grad_checked"] > 0
 
@@ -274,8 +326,13 @@ def compare(flow_fn, torch_fn, x, dtype=np.float64, seed=0, exact=False):
         np.testing.assert_array_equal(a[1].numpy(), b[1].numpy())
         a, b = a[0], b[0]
     assert tuple(a.shape) == tuple(b.shape) and a.dtype.np == np.dtype(dtype)
-    t = dict(rtol=0, atol=0) if exact else dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else \
-        dict(rtol=1e-10, atol=1e-12)
+    t = (
+        dict(rtol=0, atol=0)
+        if exact
+        else dict(rtol=1e-5, atol=1e-6)
+        if dtype == np.float32
+        else dict(rtol=1e-10, atol=1e-12)
+    )
     np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), **t)
     go = np.random.default_rng(seed).standard_normal(tuple(b.shape)).astype(dtype)
     a.backward(flow.tensor(go))
@@ -287,17 +344,25 @@ def compare(flow_fn, torch_fn, x, dtype=np.float64, seed=0, exact=False):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_max_pool2d_vs_torch(kw, dtype):
     torch = _torch()
-    compare(lambda x: F.max_pool2d(x, return_indices=True, **kw),
-            lambda x: torch.nn.functional.max_pool2d(x, return_indices=True, **kw), distinct(2, 3, 9, 8), dtype,
-            exact=True)
+    compare(
+        lambda x: F.max_pool2d(x, return_indices=True, **kw),
+        lambda x: torch.nn.functional.max_pool2d(x, return_indices=True, **kw),
+        distinct(2, 3, 9, 8),
+        dtype,
+        exact=True,
+    )
 
 
 def test_max_pool2d_ties_vs_torch():
     torch = _torch()
     x = RNG.integers(0, 3, (2, 2, 8, 8)).astype(np.float64)  # many ties
     for kw in (dict(kernel_size=2), dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=3, stride=2)):
-        compare(lambda t, kw=kw: F.max_pool2d(t, return_indices=True, **kw),
-                lambda t, kw=kw: torch.nn.functional.max_pool2d(t, return_indices=True, **kw), x, exact=True)
+        compare(
+            lambda t, kw=kw: F.max_pool2d(t, return_indices=True, **kw),
+            lambda t, kw=kw: torch.nn.functional.max_pool2d(t, return_indices=True, **kw),
+            x,
+            exact=True,
+        )
 
 
 @pytest.mark.parametrize("special", [np.nan, -np.inf])
@@ -318,22 +383,34 @@ def test_max_pool2d_nan_and_minus_inf_vs_torch(special):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_avg_pool2d_vs_torch(kw, dtype):
     torch = _torch()
-    compare(lambda x: F.avg_pool2d(x, **kw), lambda x: torch.nn.functional.avg_pool2d(x, **kw), rand(2, 3, 9, 8),
-            dtype)
+    compare(lambda x: F.avg_pool2d(x, **kw), lambda x: torch.nn.functional.avg_pool2d(x, **kw), rand(2, 3, 9, 8), dtype)
 
 
-@pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
-                                dict(kernel_size=4, stride=3, padding=2, ceil_mode=True),
-                                dict(kernel_size=3, dilation=2, padding=1)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(kernel_size=3, stride=2, padding=1),
+        dict(kernel_size=2),
+        dict(kernel_size=4, stride=3, padding=2, ceil_mode=True),
+        dict(kernel_size=3, dilation=2, padding=1),
+    ],
+)
 def test_pool1d_vs_torch(kw):
     torch = _torch()
     x = distinct(2, 3, 13)
-    compare(lambda t: F.max_pool1d(t, return_indices=True, **kw),
-            lambda t: torch.nn.functional.max_pool1d(t, return_indices=True, **kw), x, exact=True)
+    compare(
+        lambda t: F.max_pool1d(t, return_indices=True, **kw),
+        lambda t: torch.nn.functional.max_pool1d(t, return_indices=True, **kw),
+        x,
+        exact=True,
+    )
     kw = {k: v for k, v in kw.items() if k != "dilation"}
     compare(lambda t: F.avg_pool1d(t, **kw), lambda t: torch.nn.functional.avg_pool1d(t, **kw), x)
-    compare(lambda t: F.avg_pool1d(t, count_include_pad=False, **kw),
-            lambda t: torch.nn.functional.avg_pool1d(t, count_include_pad=False, **kw), x)
+    compare(
+        lambda t: F.avg_pool1d(t, count_include_pad=False, **kw),
+        lambda t: torch.nn.functional.avg_pool1d(t, count_include_pad=False, **kw),
+        x,
+    )
 
 
 @pytest.mark.parametrize("out", [(3, 4), (4, 3), 1, (5, 7), (9, 8), (2, None), (12, 11), (3, 3)])
@@ -341,10 +418,18 @@ def test_adaptive_pool2d_vs_torch(out):
     torch = _torch()
     x = distinct(2, 3, 9, 8)
     compare(lambda t: F.adaptive_avg_pool2d(t, out), lambda t: torch.nn.functional.adaptive_avg_pool2d(t, out), x)
-    compare(lambda t: F.adaptive_avg_pool2d(t, out), lambda t: torch.nn.functional.adaptive_avg_pool2d(t, out), x,
-            np.float32)
-    compare(lambda t: F.adaptive_max_pool2d(t, out, return_indices=True),
-            lambda t: torch.nn.functional.adaptive_max_pool2d(t, out, return_indices=True), x, exact=True)
+    compare(
+        lambda t: F.adaptive_avg_pool2d(t, out),
+        lambda t: torch.nn.functional.adaptive_avg_pool2d(t, out),
+        x,
+        np.float32,
+    )
+    compare(
+        lambda t: F.adaptive_max_pool2d(t, out, return_indices=True),
+        lambda t: torch.nn.functional.adaptive_max_pool2d(t, out, return_indices=True),
+        x,
+        exact=True,
+    )
 
 
 @pytest.mark.parametrize("out", [1, 3, 4, 7, 10])
@@ -352,8 +437,12 @@ def test_adaptive_pool1d_vs_torch(out):
     torch = _torch()
     x = distinct(2, 3, 7)
     compare(lambda t: F.adaptive_avg_pool1d(t, out), lambda t: torch.nn.functional.adaptive_avg_pool1d(t, out), x)
-    compare(lambda t: F.adaptive_max_pool1d(t, out, return_indices=True),
-            lambda t: torch.nn.functional.adaptive_max_pool1d(t, out, return_indices=True), x, exact=True)
+    compare(
+        lambda t: F.adaptive_max_pool1d(t, out, return_indices=True),
+        lambda t: torch.nn.functional.adaptive_max_pool1d(t, out, return_indices=True),
+        x,
+        exact=True,
+    )
 
 
 def test_max_unpool_vs_torch():
@@ -366,19 +455,29 @@ def test_max_unpool_vs_torch():
     np.testing.assert_array_equal(a.numpy(), b.numpy())
     _, idx1 = torch.nn.functional.max_pool1d(torch.tensor(x[0]), 3, 2, return_indices=True)
     y1 = rand(*idx1.shape)
-    np.testing.assert_array_equal(F.max_unpool1d(flow.tensor(y1), flow.tensor(idx1.numpy()), 3, 2).numpy(),
-                                  torch.nn.functional.max_unpool1d(torch.tensor(y1), idx1, 3, 2).numpy())
+    np.testing.assert_array_equal(
+        F.max_unpool1d(flow.tensor(y1), flow.tensor(idx1.numpy()), 3, 2).numpy(),
+        torch.nn.functional.max_unpool1d(torch.tensor(y1), idx1, 3, 2).numpy(),
+    )
 
 
 INTERP_4D = [
-    dict(scale_factor=2), dict(size=(5, 13)), dict(scale_factor=(0.5, 1.7)), dict(size=(4, 4)),
-    dict(scale_factor=3, mode="nearest-exact"), dict(size=(5, 13), mode="nearest-exact"),
-    dict(scale_factor=2, mode="bilinear"), dict(scale_factor=1.7, mode="bilinear"),
-    dict(size=(4, 17), mode="bilinear", align_corners=True), dict(size=(4, 17), mode="bilinear", align_corners=False),
-    dict(scale_factor=0.6, mode="bilinear"), dict(size=(1, 1), mode="bilinear", align_corners=True),
+    dict(scale_factor=2),
+    dict(size=(5, 13)),
+    dict(scale_factor=(0.5, 1.7)),
+    dict(size=(4, 4)),
+    dict(scale_factor=3, mode="nearest-exact"),
+    dict(size=(5, 13), mode="nearest-exact"),
+    dict(scale_factor=2, mode="bilinear"),
+    dict(scale_factor=1.7, mode="bilinear"),
+    dict(size=(4, 17), mode="bilinear", align_corners=True),
+    dict(size=(4, 17), mode="bilinear", align_corners=False),
+    dict(scale_factor=0.6, mode="bilinear"),
+    dict(size=(1, 1), mode="bilinear", align_corners=True),
     dict(scale_factor=1.3, mode="bilinear", recompute_scale_factor=True),
     dict(scale_factor=1.3, mode="nearest", recompute_scale_factor=True),
-    dict(size=(3, 5), mode="area"), dict(scale_factor=0.5, mode="area"),
+    dict(size=(3, 5), mode="area"),
+    dict(scale_factor=0.5, mode="area"),
 ]
 
 
@@ -386,20 +485,35 @@ INTERP_4D = [
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_interpolate_4d_vs_torch(kw, dtype):
     torch = _torch()
-    compare(lambda t: F.interpolate(t, **kw), lambda t: torch.nn.functional.interpolate(t, **kw), rand(2, 3, 9, 8),
-            dtype)
+    compare(
+        lambda t: F.interpolate(t, **kw), lambda t: torch.nn.functional.interpolate(t, **kw), rand(2, 3, 9, 8), dtype
+    )
 
 
-@pytest.mark.parametrize("kw", [dict(scale_factor=2, mode="linear"), dict(size=7, mode="linear", align_corners=True),
-                                dict(size=7), dict(scale_factor=0.4, mode="linear"), dict(size=5, mode="area"),
-                                dict(scale_factor=2.5, mode="nearest-exact")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(scale_factor=2, mode="linear"),
+        dict(size=7, mode="linear", align_corners=True),
+        dict(size=7),
+        dict(scale_factor=0.4, mode="linear"),
+        dict(size=5, mode="area"),
+        dict(scale_factor=2.5, mode="nearest-exact"),
+    ],
+)
 def test_interpolate_3d_vs_torch(kw):
     torch = _torch()
     compare(lambda t: F.interpolate(t, **kw), lambda t: torch.nn.functional.interpolate(t, **kw), rand(2, 3, 11))
 
 
-@pytest.mark.parametrize("kw", [dict(scale_factor=1.5, mode="trilinear"), dict(size=(4, 3, 7)),
-                                dict(size=(2, 6, 3), mode="trilinear", align_corners=True)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(scale_factor=1.5, mode="trilinear"),
+        dict(size=(4, 3, 7)),
+        dict(size=(2, 6, 3), mode="trilinear", align_corners=True),
+    ],
+)
 def test_interpolate_5d_vs_torch(kw):
     torch = _torch()
     compare(lambda t: F.interpolate(t, **kw), lambda t: torch.nn.functional.interpolate(t, **kw), rand(1, 2, 3, 4, 5))
@@ -410,36 +524,45 @@ def _t(*shape):
     return flow.tensor(rand(*shape))
 
 
-@pytest.mark.parametrize("call,err,words", [
-    (lambda: F.max_pool2d(_t(4, 4), 2), OpError, ["max_pool2d", "input", "3-d or 4-d"]),
-    (lambda: F.max_pool2d(_t(1, 1, 4, 4), 0), OpError, ["max_pool2d", "kernel_size", "positive"]),
-    (lambda: F.max_pool2d(_t(1, 1, 4, 4), 2, padding=-1), OpError, ["max_pool2d", "padding", "non-negative"]),
-    (lambda: F.max_pool2d(_t(1, 1, 4, 4), 2, padding=2), OpError, ["max_pool2d", "padding", "half"]),
-    (lambda: F.max_pool2d(_t(1, 1, 2, 2), 3), OpError, ["max_pool2d", "output size", "too small"]),
-    (lambda: F.max_pool2d(_t(1, 1, 4, 4), 2, stride=(1, 1, 1)), OpTypeError, ["max_pool2d", "stride"]),
-    (lambda: F.max_pool1d(_t(1, 1, 4, 4), 2), OpError, ["max_pool1d", "2-d or 3-d"]),
-    (lambda: F.max_pool1d(_t(1, 1, 2), 3), OpError, ["max_pool1d", "too small"]),
-    (lambda: F.avg_pool2d(_t(1, 1, 4, 4), 2, divisor_override=0), OpError, ["avg_pool2d", "divisor_override"]),
-    # as PyTorch on the CPU: int64 averages (truncating), other integer dtypes do not
-    (lambda: F.avg_pool2d(flow.tensor(np.ones((1, 1, 4, 4), np.int32)), 2), OpTypeError,
-     ["avg_pool2d", "floating-point or int64", "int32"]),
-    (lambda: F.avg_pool1d(_t(1, 1, 4), 2, padding=-1), OpError, ["avg_pool1d", "padding"]),
-    (lambda: F.adaptive_avg_pool2d(_t(1, 1, 4, 4), 0), OpError, ["adaptive_avg_pool2d", "output_size", ">= 1"]),
-    (lambda: F.adaptive_avg_pool2d(_t(1, 1, 4, 4), (1, 2, 3)), OpError, ["adaptive_avg_pool2d", "output_size"]),
-    (lambda: F.adaptive_avg_pool1d(_t(1, 4, 4, 4), 2), OpError, ["adaptive_avg_pool1d", "2-d or 3-d"]),
-    (lambda: F.adaptive_max_pool2d(_t(4), 2), OpError, ["adaptive_max_pool2d", "3-d or 4-d"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4)), OpError, ["interpolate", "size", "scale_factor"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, scale_factor=2), OpError, ["interpolate", "exactly one"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), scale_factor=0.1), OpError, ["interpolate", "output size"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), scale_factor=-1.0), OpError, ["interpolate", "scale_factor"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), size=(2, 2, 2)), OpError, ["interpolate", "size"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, mode="linear"), OpError, ["interpolate", "linear", "3-d"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, mode="cubic"), OpError, ["interpolate", "mode"]),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, align_corners=True), OpError, ["interpolate", "align_corners"]),
-    (lambda: F.interpolate(_t(4, 4), size=2), OpError, ["interpolate", "3-d or 4-d or 5-d"]),
-    (lambda: F.max_unpool2d(_t(1, 1, 2, 2), flow.tensor(np.full((1, 1, 2, 2), 99)), 2), OpError,
-     ["max_unpool2d", "indices"]),
-])
+@pytest.mark.parametrize(
+    "call,err,words",
+    [
+        (lambda: F.max_pool2d(_t(4, 4), 2), OpError, ["max_pool2d", "input", "3-d or 4-d"]),
+        (lambda: F.max_pool2d(_t(1, 1, 4, 4), 0), OpError, ["max_pool2d", "kernel_size", "positive"]),
+        (lambda: F.max_pool2d(_t(1, 1, 4, 4), 2, padding=-1), OpError, ["max_pool2d", "padding", "non-negative"]),
+        (lambda: F.max_pool2d(_t(1, 1, 4, 4), 2, padding=2), OpError, ["max_pool2d", "padding", "half"]),
+        (lambda: F.max_pool2d(_t(1, 1, 2, 2), 3), OpError, ["max_pool2d", "output size", "too small"]),
+        (lambda: F.max_pool2d(_t(1, 1, 4, 4), 2, stride=(1, 1, 1)), OpTypeError, ["max_pool2d", "stride"]),
+        (lambda: F.max_pool1d(_t(1, 1, 4, 4), 2), OpError, ["max_pool1d", "2-d or 3-d"]),
+        (lambda: F.max_pool1d(_t(1, 1, 2), 3), OpError, ["max_pool1d", "too small"]),
+        (lambda: F.avg_pool2d(_t(1, 1, 4, 4), 2, divisor_override=0), OpError, ["avg_pool2d", "divisor_override"]),
+        # as PyTorch on the CPU: int64 averages (truncating), other integer dtypes do not
+        (
+            lambda: F.avg_pool2d(flow.tensor(np.ones((1, 1, 4, 4), np.int32)), 2),
+            OpTypeError,
+            ["avg_pool2d", "floating-point or int64", "int32"],
+        ),
+        (lambda: F.avg_pool1d(_t(1, 1, 4), 2, padding=-1), OpError, ["avg_pool1d", "padding"]),
+        (lambda: F.adaptive_avg_pool2d(_t(1, 1, 4, 4), 0), OpError, ["adaptive_avg_pool2d", "output_size", ">= 1"]),
+        (lambda: F.adaptive_avg_pool2d(_t(1, 1, 4, 4), (1, 2, 3)), OpError, ["adaptive_avg_pool2d", "output_size"]),
+        (lambda: F.adaptive_avg_pool1d(_t(1, 4, 4, 4), 2), OpError, ["adaptive_avg_pool1d", "2-d or 3-d"]),
+        (lambda: F.adaptive_max_pool2d(_t(4), 2), OpError, ["adaptive_max_pool2d", "3-d or 4-d"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4)), OpError, ["interpolate", "size", "scale_factor"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, scale_factor=2), OpError, ["interpolate", "exactly one"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4), scale_factor=0.1), OpError, ["interpolate", "output size"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4), scale_factor=-1.0), OpError, ["interpolate", "scale_factor"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4), size=(2, 2, 2)), OpError, ["interpolate", "size"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, mode="linear"), OpError, ["interpolate", "linear", "3-d"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, mode="cubic"), OpError, ["interpolate", "mode"]),
+        (lambda: F.interpolate(_t(1, 1, 4, 4), size=2, align_corners=True), OpError, ["interpolate", "align_corners"]),
+        (lambda: F.interpolate(_t(4, 4), size=2), OpError, ["interpolate", "3-d or 4-d or 5-d"]),
+        (
+            lambda: F.max_unpool2d(_t(1, 1, 2, 2), flow.tensor(np.full((1, 1, 2, 2), 99)), 2),
+            OpError,
+            ["max_unpool2d", "indices"],
+        ),
+    ],
+)
 def test_bad_arguments(call, err, words):
     with pytest.raises(err) as info:
         call()
@@ -453,5 +576,14 @@ def test_op_level_errors_name_the_op():
     with pytest.raises(OpTypeError, match="max_pool2d_backward.*int64"):
         flow.ops.call("max_pool2d_backward", g, g, input_size=(4, 4))
     with pytest.raises(OpError, match="avg_pool2d_backward.*pools to"):
-        flow.ops.call("avg_pool2d_backward", g, input_size=(9, 9), kernel_size=(2, 2), stride=(2, 2), padding=(0, 0),
-                      ceil_mode=False, count_include_pad=True, divisor_override=None)
+        flow.ops.call(
+            "avg_pool2d_backward",
+            g,
+            input_size=(9, 9),
+            kernel_size=(2, 2),
+            stride=(2, 2),
+            padding=(0, 0),
+            ceil_mode=False,
+            count_include_pad=True,
+            divisor_override=None,
+        )

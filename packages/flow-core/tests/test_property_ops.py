@@ -39,10 +39,21 @@ OPS = sorted(REGISTRY.ops)
 
 _PROFILES = {
     # no shrinking: a failure is reported with the draws that found it, in bounded time
-    "ci": settings(max_examples=12, derandomize=True, database=None, deadline=2000,
-                   phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck)),
-    "dev": settings(max_examples=300, database=None, deadline=None, phases=(Phase.explicit, Phase.generate),
-                    suppress_health_check=list(HealthCheck)),
+    "ci": settings(
+        max_examples=12,
+        derandomize=True,
+        database=None,
+        deadline=2000,
+        phases=(Phase.explicit, Phase.generate),
+        suppress_health_check=list(HealthCheck),
+    ),
+    "dev": settings(
+        max_examples=300,
+        database=None,
+        deadline=None,
+        phases=(Phase.explicit, Phase.generate),
+        suppress_health_check=list(HealthCheck),
+    ),
 }
 PROFILE = _PROFILES[os.environ.get("FLOW_HYPOTHESIS_PROFILE", "ci")]
 DTYPES = (flow.float32, flow.float64, flow.int64, flow.int32, flow.uint8, flow.bool)
@@ -99,7 +110,7 @@ def _mutate_attr(a, value, draw):
         return draw(st.sampled_from([value, -value, 0.0, 0.5, 2.0, -1.0]))
     if isinstance(value, tuple) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         k = draw(st.integers(0, len(value) - 1))
-        return value[:k] + (value[k] + draw(st.integers(-3, 3)),) + value[k + 1:]
+        return value[:k] + (value[k] + draw(st.integers(-3, 3)),) + value[k + 1 :]
     return value
 
 
@@ -183,7 +194,8 @@ def test_op_contract_holds_for_drawn_inputs(op_name, data):
     assert len(outs) == len(metas)
     for k, (o, m) in enumerate(zip(outs, metas)):
         assert (tuple(o.shape), o.dtype) == (tuple(m.shape), m.dtype), (
-            f"{op_name} output {k}: {tuple(o.shape)} {o.dtype}, the meta rule says {tuple(m.shape)} {m.dtype}")
+            f"{op_name} output {k}: {tuple(o.shape)} {o.dtype}, the meta rule says {tuple(m.shape)} {m.dtype}"
+        )
     if op.nondeterministic:
         return
     with np.errstate(all="ignore"):

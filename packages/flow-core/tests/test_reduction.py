@@ -16,8 +16,27 @@ import flow
 from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.testing import gradcheck, opcheck
 
-OPS = ["sum", "mean", "prod", "all", "any", "amax", "amin", "argmax", "argmin", "max_dim", "min_dim",
-       "select_along_dim", "select_along_dim_backward", "var", "std", "logsumexp", "norm", "cumsum", "cumprod"]
+OPS = [
+    "sum",
+    "mean",
+    "prod",
+    "all",
+    "any",
+    "amax",
+    "amin",
+    "argmax",
+    "argmin",
+    "max_dim",
+    "min_dim",
+    "select_along_dim",
+    "select_along_dim_backward",
+    "var",
+    "std",
+    "logsumexp",
+    "norm",
+    "cumsum",
+    "cumprod",
+]
 
 
 def rand(shape, seed=0, low=-2.0, high=2.0, dtype=np.float64):
@@ -34,8 +53,9 @@ def N(t):
 
 
 def close(actual, expected, rtol=1e-7, atol=1e-9):
-    np.testing.assert_allclose(N(actual) if isinstance(actual, flow.Tensor) else actual, expected, rtol=rtol,
-                               atol=atol, equal_nan=True)
+    np.testing.assert_allclose(
+        N(actual) if isinstance(actual, flow.Tensor) else actual, expected, rtol=rtol, atol=atol, equal_nan=True
+    )
 
 
 def grad_of(fn, a, seed=1):
@@ -60,19 +80,22 @@ def test_opcheck(name):
     assert report["samples"] > 0
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: x.prod(1),
-    lambda x: x.amax(1),
-    lambda x: flow.max(x, 0).values,
-    lambda x: x.var(1),
-    lambda x: x.std(0),
-    lambda x: x.logsumexp(1),
-    lambda x: x.norm(),
-    lambda x: x.norm(3, dim=1),
-    lambda x: x.cumsum(1),
-    lambda x: x.cumprod(1),
-    lambda x: x.mean((0, 1)),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.prod(1),
+        lambda x: x.amax(1),
+        lambda x: flow.max(x, 0).values,
+        lambda x: x.var(1),
+        lambda x: x.std(0),
+        lambda x: x.logsumexp(1),
+        lambda x: x.norm(),
+        lambda x: x.norm(3, dim=1),
+        lambda x: x.cumsum(1),
+        lambda x: x.cumprod(1),
+        lambda x: x.mean((0, 1)),
+    ],
+)
 def test_second_order(fn):
     check_second_order(fn, rand((3, 4), seed=3, low=0.5, high=1.5))
 
@@ -103,8 +126,9 @@ def check_second_order(fn, a, eps=1e-6):
         d = np.zeros(a.size)
         d[j] = eps
         d = d.reshape(a.shape)
-        num.flat[j] = (float((N(first(a + d, False)[1]) * u).sum()) - float((N(first(a - d, False)[1]) * u).sum())) \
-            / (2 * eps)
+        num.flat[j] = (float((N(first(a + d, False)[1]) * u).sum()) - float((N(first(a - d, False)[1]) * u).sum())) / (
+            2 * eps
+        )
     np.testing.assert_allclose(hu, num, rtol=1e-4, atol=1e-5)
 
 
@@ -118,8 +142,15 @@ DIMS = [None, 0, 1, -1, (0, 2), (2, 0, 1)]
 @pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "amin", "all", "any"])
 def test_reductions_match_numpy(name, dim, keepdim):
     a = rand((2, 3, 4), seed=5)
-    ref = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.max, "amin": np.min, "all": np.all,
-           "any": np.any}[name]
+    ref = {
+        "sum": np.sum,
+        "mean": np.mean,
+        "prod": np.prod,
+        "amax": np.max,
+        "amin": np.min,
+        "all": np.all,
+        "any": np.any,
+    }[name]
     axis = dim if not isinstance(dim, int) else (dim,)
     out = getattr(flow, name)(T(a), dim, keepdim) if dim is not None else getattr(flow, name)(T(a), keepdim=keepdim)
     close(out, ref(a, axis=axis, keepdims=keepdim))
@@ -175,8 +206,9 @@ def test_empty_extremes_raise():
     assert flow.amax(e, 0).shape == (0,)  # reducing a non-empty dim is fine
 
 
-@pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "all", "argmax", "logsumexp", "var", "norm",
-                                  "cumsum", "cumprod"])
+@pytest.mark.parametrize(
+    "name", ["sum", "mean", "prod", "amax", "all", "argmax", "logsumexp", "var", "norm", "cumsum", "cumprod"]
+)
 def test_dim_out_of_range(name):
     x = T(rand((2, 3)))
     with pytest.raises(OpIndexError, match=rf"{name}: 'dim'=5 is out of range for a 2-d tensor"):
@@ -463,9 +495,17 @@ def test_against_torch(torch, name, fn):
 
 def test_integer_results_against_torch(torch):
     a = np.random.default_rng(17).integers(-3, 4, size=(4, 6))
-    for fn in (lambda m, x: m.argmax(x, 1), lambda m, x: m.argmin(x), lambda m, x: m.max(x, 0).indices,
-               lambda m, x: m.sum(x, 1), lambda m, x: m.prod(x, 0), lambda m, x: m.cumsum(x, 1),
-               lambda m, x: m.count_nonzero(x, 0), lambda m, x: m.all(x, 1), lambda m, x: m.any(x, 0)):
+    for fn in (
+        lambda m, x: m.argmax(x, 1),
+        lambda m, x: m.argmin(x),
+        lambda m, x: m.max(x, 0).indices,
+        lambda m, x: m.sum(x, 1),
+        lambda m, x: m.prod(x, 0),
+        lambda m, x: m.cumsum(x, 1),
+        lambda m, x: m.count_nonzero(x, 0),
+        lambda m, x: m.all(x, 1),
+        lambda m, x: m.any(x, 0),
+    ):
         out, tout = fn(flow, T(a)), fn(torch, torch.tensor(a))
         np.testing.assert_array_equal(N(out), tout.numpy())
         assert str(out.dtype).split(".")[-1] == str(tout.dtype).split(".")[-1]

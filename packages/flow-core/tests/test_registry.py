@@ -47,6 +47,7 @@ def _plugin(name: str, **hooks):
 
 # -- duplicates --------------------------------------------------------------------------------
 
+
 def test_duplicate_op_is_an_error_naming_the_first_plugin(reg):
     reg.current_plugin = "second"
     with pytest.raises(RegistrationError, match=r"op 'twice' is already registered by plugin 'first'.*override=True"):
@@ -79,7 +80,7 @@ def test_a_kernel_under_another_name_is_an_alternative_not_a_duplicate(reg):
 
 
 def test_dtype_specific_kernels_win_over_generic_ones(reg):
-    reg.register_kernel("twice", "generic", lambda xp: (lambda x, k: xp.full_like(x, 1.0)))
+    reg.register_kernel("twice", "generic", lambda xp: lambda x, k: xp.full_like(x, 1.0))
     reg.register_kernel("twice", "cpu", lambda x, k: x * 0 + 2, dtypes=[flow.float64])
     op = reg._ops["twice"]
     assert reg.resolve_kernel(op, "cpu", flow.float64)(np.ones(1), k=1).tolist() == [2.0]
@@ -130,6 +131,7 @@ def test_provenance_records_who_registered_what(reg):
 
 # -- passes ------------------------------------------------------------------------------------
 
+
 def _names(p: PassRegistry) -> list[str]:
     return [e.name for e in p.ordered()]
 
@@ -165,10 +167,15 @@ def test_pass_cycles_are_detected_and_named():
 
 
 def test_passes_registered_by_plugins_are_ordered_across_plugins():
-    first = _plugin("p_first", flow_register_passes=lambda registry: registry.register_pass(
-        "tests_late", lambda ir, c: ir, after="tests_early"))
-    second = _plugin("p_second", flow_register_passes=lambda registry: registry.register_pass(
-        "tests_early", lambda ir, c: ir))
+    first = _plugin(
+        "p_first",
+        flow_register_passes=lambda registry: registry.register_pass(
+            "tests_late", lambda ir, c: ir, after="tests_early"
+        ),
+    )
+    second = _plugin(
+        "p_second", flow_register_passes=lambda registry: registry.register_pass("tests_early", lambda ir, c: ir)
+    )
     flow.plugins.register(first, name="tests.pass1")
     flow.plugins.register(second, name="tests.pass2")
     try:
@@ -183,9 +190,12 @@ def test_passes_registered_by_plugins_are_ordered_across_plugins():
 
 # -- plugin-owned rule tables --------------------------------------------------------------------
 
+
 def test_one_plugin_declares_a_table_another_fills_it_duplicates_error():
-    owner = _plugin("colour_owner", flow_register_tables=lambda registry: registry.declare_table(
-        "tests_colour", doc="op -> allow/deny"))
+    owner = _plugin(
+        "colour_owner",
+        flow_register_tables=lambda registry: registry.declare_table("tests_colour", doc="op -> allow/deny"),
+    )
 
     def fill(registry):
         registry.register_rule("tests_colour", "matmul", "allow")
@@ -200,8 +210,9 @@ def test_one_plugin_declares_a_table_another_fills_it_duplicates_error():
         assert dict(table.items()) == {"matmul": "allow", "exp": "deny"}
         assert table.provider("exp") == "tests.colour_filler" and len(table) == 2 and "exp" in table
         # a second plugin giving the same op a rule is a loud error naming the first
-        dup = _plugin("colour_dup", flow_register_rules=lambda registry: registry.register_rule(
-            "tests_colour", "exp", "allow"))
+        dup = _plugin(
+            "colour_dup", flow_register_rules=lambda registry: registry.register_rule("tests_colour", "exp", "allow")
+        )
         with pytest.raises(PluginError, match=r"tests\.colour_dup.*already has a rule from plugin 'tests\.colour_fil"):
             flow.plugins.register(dup, name="tests.colour_dup")
         assert table["exp"] == "deny"
@@ -235,6 +246,7 @@ def test_table_lookup_errors_name_table_and_op():
 
 # -- missing kernels and devices -------------------------------------------------------------------
 
+
 def test_missing_kernel_names_op_device_dtype_and_that_no_plugin_provides_it():
     def ops(registry):
         registry.register_op(schema("tests_cpu_only", ["x"]), meta=_same)
@@ -245,8 +257,10 @@ def test_missing_kernel_names_op_device_dtype_and_that_no_plugin_provides_it():
     def kernels(registry):
         registry.register_kernel("tests_cpu_only", "cpu", lambda x: x)
 
-    flow.plugins.register(_plugin("nok", flow_register_ops=ops, flow_register_device_types=devs,
-                                  flow_register_kernels=kernels), name="tests.nok")
+    flow.plugins.register(
+        _plugin("nok", flow_register_ops=ops, flow_register_device_types=devs, flow_register_kernels=kernels),
+        name="tests.nok",
+    )
     try:
         x = flow.ones(2, device="tests_bare")
         with pytest.raises(KernelNotFoundError) as ei:

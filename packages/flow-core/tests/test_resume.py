@@ -49,8 +49,16 @@ class NoisyData(Dataset):
 
 
 def make_model() -> nn.Module:
-    return nn.Sequential(nn.Linear(IN, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 32), nn.LayerNorm(32),
-                         nn.GELU(), nn.Dropout(0.2), nn.Linear(32, CLASSES))
+    return nn.Sequential(
+        nn.Linear(IN, 32),
+        nn.ReLU(),
+        nn.Dropout(0.3),
+        nn.Linear(32, 32),
+        nn.LayerNorm(32),
+        nn.GELU(),
+        nn.Dropout(0.2),
+        nn.Linear(32, CLASSES),
+    )
 
 
 def make_optimizer(kind: str, model: nn.Module):
@@ -106,10 +114,20 @@ def train(kind: str, workers: int, augment: bool, *, seed: int, save_to=None, re
             step += 1
             losses[step] = loss.item()
             if save_to is not None and step == SAVE_AT:
-                flow.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                           "scheduler": sched.state_dict(), "rng_state": flow.get_rng_state(),
-                           "loader_generator": gen.get_state(), "loader_generator_at_epoch_start": epoch_gen_state,
-                           "epoch": epoch, "batch": i + 1, "step": step}, save_to)
+                flow.save(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(),
+                        "rng_state": flow.get_rng_state(),
+                        "loader_generator": gen.get_state(),
+                        "loader_generator_at_epoch_start": epoch_gen_state,
+                        "epoch": epoch,
+                        "batch": i + 1,
+                        "step": step,
+                    },
+                    save_to,
+                )
             if step == TOTAL_STEPS:
                 break
         skip = 0

@@ -57,8 +57,13 @@ def rnn_parity(fm, tm, x, hx=None, rtol=RTOL, atol=ATOL):
 
 
 CONFIGS = [
-    dict(), dict(num_layers=2), dict(bidirectional=True), dict(num_layers=2, bidirectional=True),
-    dict(batch_first=True), dict(bias=False), dict(num_layers=3, batch_first=True, bidirectional=True),
+    dict(),
+    dict(num_layers=2),
+    dict(bidirectional=True),
+    dict(num_layers=2, bidirectional=True),
+    dict(batch_first=True),
+    dict(bias=False),
+    dict(num_layers=3, batch_first=True, bidirectional=True),
 ]
 
 
@@ -95,8 +100,11 @@ def test_rnn_unbatched(cls):
 @pytest.mark.filterwarnings("ignore:LSTM with projections")
 def test_rnn_relu_and_lstm_proj():
     torch = pytest.importorskip("torch")
-    rnn_parity(nn.RNN(3, 4, nonlinearity="relu", num_layers=2), torch.nn.RNN(3, 4, nonlinearity="relu",
-                                                                              num_layers=2), randn(5, 2, 3))
+    rnn_parity(
+        nn.RNN(3, 4, nonlinearity="relu", num_layers=2),
+        torch.nn.RNN(3, 4, nonlinearity="relu", num_layers=2),
+        randn(5, 2, 3),
+    )
     fm = nn.LSTM(3, 6, proj_size=2, num_layers=2, bidirectional=True)
     tm = torch.nn.LSTM(3, 6, proj_size=2, num_layers=2, bidirectional=True)
     assert list(fm.state_dict()) == list(tm.state_dict())
@@ -176,8 +184,16 @@ def test_gru_formula_gate_order_and_reverse():
 def test_parameter_names_and_shapes():
     m = nn.LSTM(3, 5, num_layers=2, bidirectional=True)
     names = [n for n, _ in m.named_parameters()]
-    assert names[:8] == ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse",
-                         "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse"]
+    assert names[:8] == [
+        "weight_ih_l0",
+        "weight_hh_l0",
+        "bias_ih_l0",
+        "bias_hh_l0",
+        "weight_ih_l0_reverse",
+        "weight_hh_l0_reverse",
+        "bias_ih_l0_reverse",
+        "bias_hh_l0_reverse",
+    ]
     assert m.weight_ih_l0.shape == (20, 3) and m.weight_ih_l1.shape == (20, 10) and m.weight_hh_l1.shape == (20, 5)
     assert nn.GRU(3, 5).weight_ih_l0.shape == (15, 3)
     assert len(nn.RNN(3, 5, bias=False)._flat_weights) == 2

@@ -31,21 +31,33 @@ def nested():
         "scalar": flow.tensor(3.0),
         "empty": flow.zeros(0, 5),
         "noncontig": flow.tensor(np.arange(12.0).reshape(3, 4).T.copy().T),
-        "epoch": 3, "lr": 1e-3, "best": math.inf, "nan": math.nan, "name": "run", "flag": False, "none": None,
-        "list": [1, "a", [2.0, None], (3, 4)], "tuple": (flow.ones(1), 2),
-        8: "int key", (1, 2): "tuple key", "np": np.arange(4, dtype=np.int16), "npscalar": np.float32(2.5),
-        "counter": Counter([3, 3, 5]), "ordered": OrderedDict([("b", 1), ("a", 2)]),
-        "dtype": flow.bfloat16, "device": flow.device("cpu"),
+        "epoch": 3,
+        "lr": 1e-3,
+        "best": math.inf,
+        "nan": math.nan,
+        "name": "run",
+        "flag": False,
+        "none": None,
+        "list": [1, "a", [2.0, None], (3, 4)],
+        "tuple": (flow.ones(1), 2),
+        8: "int key",
+        (1, 2): "tuple key",
+        "np": np.arange(4, dtype=np.int16),
+        "npscalar": np.float32(2.5),
+        "counter": Counter([3, 3, 5]),
+        "ordered": OrderedDict([("b", 1), ("a", 2)]),
+        "dtype": flow.bfloat16,
+        "device": flow.device("cpu"),
     }
 
 
 def assert_same(a, b):
     if isinstance(a, flow.Tensor):
         assert isinstance(b, flow.Tensor) and a.dtype is b.dtype and tuple(a.shape) == tuple(b.shape)
-        np.testing.assert_array_equal(a.detach().numpy().astype(np.float64) if a.dtype is flow.bfloat16
-                                      else a.detach().numpy(),
-                                      b.detach().numpy().astype(np.float64) if b.dtype is flow.bfloat16
-                                      else b.detach().numpy())
+        np.testing.assert_array_equal(
+            a.detach().numpy().astype(np.float64) if a.dtype is flow.bfloat16 else a.detach().numpy(),
+            b.detach().numpy().astype(np.float64) if b.dtype is flow.bfloat16 else b.detach().numpy(),
+        )
     elif isinstance(a, np.ndarray):
         assert isinstance(b, np.ndarray) and a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
@@ -160,8 +172,11 @@ def test_plain_safetensors_from_numpy(tmp_path):
     import ml_dtypes
     import safetensors.numpy
 
-    arrays = {"a.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], np.int64),
-              "c": np.ones(3, ml_dtypes.bfloat16)}
+    arrays = {
+        "a.weight": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "b": np.array([1, 2], np.int64),
+        "c": np.ones(3, ml_dtypes.bfloat16),
+    }
     safetensors.numpy.save_file(arrays, str(tmp_path / "np.safetensors"))
     back = load(tmp_path / "np.safetensors")
     assert set(back) == set(arrays)
@@ -173,14 +188,17 @@ def test_plain_safetensors_from_torch(tmp_path):
     torch = pytest.importorskip("torch")
     import safetensors.torch
 
-    tensors = {"layer.weight": torch.randn(4, 3), "layer.bias": torch.randn(4).to(torch.bfloat16),
-               "steps": torch.tensor(5), "half": torch.ones(2, dtype=torch.float16)}
+    tensors = {
+        "layer.weight": torch.randn(4, 3),
+        "layer.bias": torch.randn(4).to(torch.bfloat16),
+        "steps": torch.tensor(5),
+        "half": torch.ones(2, dtype=torch.float16),
+    }
     safetensors.torch.save_file(tensors, str(tmp_path / "torch.safetensors"))
     back = load(tmp_path / "torch.safetensors")
     assert set(back) == set(tensors)
     np.testing.assert_array_equal(back["layer.weight"].numpy(), tensors["layer.weight"].numpy())
-    np.testing.assert_array_equal(back["layer.bias"].numpy().astype(np.float32),
-                                  tensors["layer.bias"].float().numpy())
+    np.testing.assert_array_equal(back["layer.bias"].numpy().astype(np.float32), tensors["layer.bias"].float().numpy())
     assert back["steps"].dtype is flow.int64 and back["steps"].item() == 5
     assert back["half"].dtype is flow.float16
     with open(tmp_path / "torch.safetensors", "rb") as f:
@@ -202,11 +220,27 @@ def realistic_checkpoint() -> dict:
         loss.backward()
         opt.step()
         sched.step()
-    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-            "rng": flow.get_rng_state(), "epoch": 7, "step_in_epoch": 123, "global_step": 9_000_123,
-            "best": {"loss": 0.4375, "acc": 97.25, "at": [6, 120]}, "lr": 3e-4, "inf": math.inf,
-            "config": {"model": "mlp", "batch_size": 64, "layers": [6, 5, 3], "dropout": None, "amp": False,
-                       "tags": ("baseline", "seed0"), "name": "run \u00e9 \"quoted\" \\ 1"}}
+    return {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": flow.get_rng_state(),
+        "epoch": 7,
+        "step_in_epoch": 123,
+        "global_step": 9_000_123,
+        "best": {"loss": 0.4375, "acc": 97.25, "at": [6, 120]},
+        "lr": 3e-4,
+        "inf": math.inf,
+        "config": {
+            "model": "mlp",
+            "batch_size": 64,
+            "layers": [6, 5, 3],
+            "dropout": None,
+            "amp": False,
+            "tags": ("baseline", "seed0"),
+            "name": 'run \u00e9 "quoted" \\ 1',
+        },
+    }
 
 
 def test_realistic_checkpoint_round_trip(tmp_path):
@@ -237,12 +271,14 @@ def test_readable_by_safetensors_and_torch(tmp_path):
 
 
 def test_header_layout_is_aligned_and_checksummed(tmp_path):
-    save({"a": flow.ones(3, dtype=flow.int8), "b": flow.ones(5, dtype=flow.float64), "c": flow.ones(2)},
-         tmp_path / "x.flow")
+    save(
+        {"a": flow.ones(3, dtype=flow.int8), "b": flow.ones(5, dtype=flow.float64), "c": flow.ones(2)},
+        tmp_path / "x.flow",
+    )
     raw = (tmp_path / "x.flow").read_bytes()
     n = int.from_bytes(raw[:8], "little")
     assert n % 8 == 0 and raw[8:].startswith(b'{"__metadata__":{"flow.checksum":"')
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     for entry in header.values():
         if "dtype" in entry:
             itemsize = {"I8": 1, "F64": 8, "F32": 4}[entry["dtype"]]
@@ -254,12 +290,19 @@ def test_plain_safetensors_every_dtype_and_shape_like_safetensors(tmp_path):
     import safetensors.numpy
 
     rng = np.random.default_rng(1)
-    arrays = {"f64": rng.standard_normal((2, 3)), "f32": rng.standard_normal(7).astype(np.float32),
-              "f16": rng.standard_normal((1, 1, 2)).astype(np.float16),
-              "bf16": rng.standard_normal(4).astype(ml_dtypes.bfloat16), "i64": np.array(-5),
-              "i32": np.arange(-3, 3, dtype=np.int32), "i16": np.array([1, -2], np.int16),
-              "i8": np.array([-1], np.int8),
-              "u8": np.arange(256, dtype=np.uint8), "b": np.array([True, False, True]), "empty": np.zeros((3, 0))}
+    arrays = {
+        "f64": rng.standard_normal((2, 3)),
+        "f32": rng.standard_normal(7).astype(np.float32),
+        "f16": rng.standard_normal((1, 1, 2)).astype(np.float16),
+        "bf16": rng.standard_normal(4).astype(ml_dtypes.bfloat16),
+        "i64": np.array(-5),
+        "i32": np.arange(-3, 3, dtype=np.int32),
+        "i16": np.array([1, -2], np.int16),
+        "i8": np.array([-1], np.int8),
+        "u8": np.arange(256, dtype=np.uint8),
+        "b": np.array([True, False, True]),
+        "empty": np.zeros((3, 0)),
+    }
     safetensors.numpy.save_file(arrays, str(tmp_path / "p.safetensors"))
     ref = safetensors.numpy.load_file(str(tmp_path / "p.safetensors"))
     back = load(tmp_path / "p.safetensors")
@@ -283,8 +326,14 @@ def _format1_file(path, tensors: dict, root) -> None:
 def test_format_1_checkpoints_still_load(tmp_path):
     w = np.arange(6, dtype=np.float32).reshape(2, 3)
     crc = ser.container.crc(w)
-    root = {"$d": [["w", {"$t": "w", "dtype": "float32", "device": "cpu", "crc": crc, "requires_grad": True}],
-                   ["tied", {"$t": "w"}], ["epoch", 3], ["t", {"$tu": [1, {"$f": "inf"}]}]]}
+    root = {
+        "$d": [
+            ["w", {"$t": "w", "dtype": "float32", "device": "cpu", "crc": crc, "requires_grad": True}],
+            ["tied", {"$t": "w"}],
+            ["epoch", 3],
+            ["t", {"$tu": [1, {"$f": "inf"}]}],
+        ]
+    }
     _format1_file(tmp_path / "v1.flow", {"w": w}, root)
     back = load(tmp_path / "v1.flow")
     assert back["w"].tolist() == w.tolist() and back["w"].requires_grad and back["tied"] is back["w"]

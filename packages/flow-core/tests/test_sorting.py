@@ -118,8 +118,14 @@ def test_topk_kthvalue_errors():
         flow.kthvalue(x, 0)
     with pytest.raises(OpIndexError, match=r"kthvalue: 'k'=4"):
         flow.kthvalue(x, 4, 1)
-    for fn in (lambda: flow.sort(x, 2), lambda: flow.topk(x, 1, dim=-3), lambda: flow.median(x, 5),
-               lambda: flow.mode(x, 2), lambda: flow.kthvalue(x, 1, 2), lambda: flow.argsort(x, 7)):
+    for fn in (
+        lambda: flow.sort(x, 2),
+        lambda: flow.topk(x, 1, dim=-3),
+        lambda: flow.median(x, 5),
+        lambda: flow.mode(x, 2),
+        lambda: flow.kthvalue(x, 1, 2),
+        lambda: flow.argsort(x, 7),
+    ):
         with pytest.raises(OpIndexError, match="'dim'=.* is out of range"):
             fn()
     with pytest.raises(OpTypeError, match="sort: 'input' must be a Tensor"):
@@ -295,8 +301,13 @@ def test_integer_results_against_torch(torch, name, fn):
 
 def test_nan_against_torch(torch):
     a = np.array([[1.0, np.nan, 0.0, 2.0], [np.nan, 3.0, np.nan, -1.0]])
-    for fn in (lambda m, x: m.sort(x, 1), lambda m, x: m.sort(x, dim=1, descending=True, stable=True),
-               lambda m, x: m.topk(x, 2, 1), lambda m, x: m.median(x, 1), lambda m, x: m.nanmedian(x, 1)):
+    for fn in (
+        lambda m, x: m.sort(x, 1),
+        lambda m, x: m.sort(x, dim=1, descending=True, stable=True),
+        lambda m, x: m.topk(x, 2, 1),
+        lambda m, x: m.median(x, 1),
+        lambda m, x: m.nanmedian(x, 1),
+    ):
         out, tout = fn(flow, T(a)), fn(torch, torch.tensor(a))
         np.testing.assert_array_equal(N(out.values), tout.values.numpy())
         np.testing.assert_array_equal(N(out.indices), tout.indices.numpy())

@@ -20,6 +20,7 @@ def x():
 
 # -- properties ------------------------------------------------------------------------------------
 
+
 def test_shape_size_ndim_numel(x):
     assert x.shape == (2, 3) and isinstance(x.shape, flow.Size) and repr(x.shape) == "flow.Size([2, 3])"
     assert x.size() == (2, 3) and x.size(0) == 2 and x.size(-1) == 3
@@ -49,22 +50,29 @@ def test_T_and_mT(x):
 
 # -- printing --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make, text", [
-    (lambda: flow.tensor([[4.0, 6.0, 8.0], [10.0, 12.0, 14.0]]), "tensor([[ 4.,  6.,  8.],\n        [10., 12., 14.]])"),
-    (lambda: flow.tensor([-1.5, 2.25]), "tensor([-1.5000,  2.2500])"),
-    (lambda: flow.tensor([1e-5, 1.0]), "tensor([1.0000e-05, 1.0000e+00])"),
-    (lambda: flow.tensor([float("nan"), 1.5]), "tensor([   nan, 1.5000])"),
-    (lambda: flow.tensor(2.0), "tensor(2.)"),
-    (lambda: flow.arange(5), "tensor([0, 1, 2, 3, 4])"),
-    (lambda: flow.tensor([True, False]), "tensor([ True, False])"),
-    (lambda: flow.ones(2, dtype=flow.float64), "tensor([1., 1.], dtype=flow.float64)"),
-    (lambda: flow.ones(2, dtype=flow.bfloat16), "tensor([1., 1.], dtype=flow.bfloat16)"),
-    (lambda: flow.tensor([1, 2], dtype=flow.int32), "tensor([1, 2], dtype=flow.int32)"),
-    (lambda: flow.tensor([], dtype=flow.int64), "tensor([], dtype=flow.int64)"),
-    (lambda: flow.zeros(0, 3), "tensor([], size=(0, 3))"),
-    (lambda: flow.ones(2, requires_grad=True), "tensor([1., 1.], requires_grad=True)"),
-    (lambda: flow.ones(2, requires_grad=True) * 2, "tensor([2., 2.], grad_fn=<mulBackward>)"),
-])
+
+@pytest.mark.parametrize(
+    "make, text",
+    [
+        (
+            lambda: flow.tensor([[4.0, 6.0, 8.0], [10.0, 12.0, 14.0]]),
+            "tensor([[ 4.,  6.,  8.],\n        [10., 12., 14.]])",
+        ),
+        (lambda: flow.tensor([-1.5, 2.25]), "tensor([-1.5000,  2.2500])"),
+        (lambda: flow.tensor([1e-5, 1.0]), "tensor([1.0000e-05, 1.0000e+00])"),
+        (lambda: flow.tensor([float("nan"), 1.5]), "tensor([   nan, 1.5000])"),
+        (lambda: flow.tensor(2.0), "tensor(2.)"),
+        (lambda: flow.arange(5), "tensor([0, 1, 2, 3, 4])"),
+        (lambda: flow.tensor([True, False]), "tensor([ True, False])"),
+        (lambda: flow.ones(2, dtype=flow.float64), "tensor([1., 1.], dtype=flow.float64)"),
+        (lambda: flow.ones(2, dtype=flow.bfloat16), "tensor([1., 1.], dtype=flow.bfloat16)"),
+        (lambda: flow.tensor([1, 2], dtype=flow.int32), "tensor([1, 2], dtype=flow.int32)"),
+        (lambda: flow.tensor([], dtype=flow.int64), "tensor([], dtype=flow.int64)"),
+        (lambda: flow.zeros(0, 3), "tensor([], size=(0, 3))"),
+        (lambda: flow.ones(2, requires_grad=True), "tensor([1., 1.], requires_grad=True)"),
+        (lambda: flow.ones(2, requires_grad=True) * 2, "tensor([2., 2.], grad_fn=<mulBackward>)"),
+    ],
+)
 def test_repr_like_pytorch(make, text):
     assert repr(make()) == text
 
@@ -88,6 +96,7 @@ def test_format_and_python_numbers():
 
 
 # -- conversions -------------------------------------------------------------------------------------
+
 
 def test_item_and_tolist(x):
     assert flow.tensor(3.5).item() == 3.5 and isinstance(flow.tensor(3).item(), int)
@@ -155,6 +164,7 @@ def test_pickle_and_deepcopy(x):
 
 # -- clone / detach --------------------------------------------------------------------------------
 
+
 def test_clone_copies_memory_and_keeps_history():
     a = flow.tensor([1.0, 2.0], requires_grad=True)
     c = a.clone()
@@ -191,11 +201,20 @@ def test_setting_data(x):
 
 # -- in-place ops and versions ----------------------------------------------------------------------
 
+
 def test_in_place_ops_bump_the_version_and_return_self():
     t = flow.zeros(3)
     v = t._version[0]
-    for op in (lambda: t.add_(1), lambda: t.mul_(3), lambda: t.sub_(1), lambda: t.div_(2), lambda: t.zero_(),
-               lambda: t.fill_(2.5), lambda: t.copy_(flow.ones(3)), lambda: t.clamp_(0, 0.5)):
+    for op in (
+        lambda: t.add_(1),
+        lambda: t.mul_(3),
+        lambda: t.sub_(1),
+        lambda: t.div_(2),
+        lambda: t.zero_(),
+        lambda: t.fill_(2.5),
+        lambda: t.copy_(flow.ones(3)),
+        lambda: t.clamp_(0, 0.5),
+    ):
         assert op() is t
         v += 1
         assert t._version[0] == v

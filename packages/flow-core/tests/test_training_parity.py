@@ -134,7 +134,7 @@ def _comparable(key: str, value: np.ndarray) -> np.ndarray:
     which softmax ignores), so Adam turns rounding noise into steps of ``lr`` there: leave it out."""
     if key.endswith("self_attn.in_proj_bias"):
         d = value.shape[0] // 3
-        return np.concatenate([value[:d], value[2 * d:]])
+        return np.concatenate([value[:d], value[2 * d :]])
     return value
 
 
@@ -152,12 +152,22 @@ def test_same_losses_as_torch(script):
 
     assert np.all(np.isfinite(t_losses))
     assert t_losses[-1] < t_losses[0], "the script should actually train"
-    np.testing.assert_allclose(f_losses, t_losses, rtol=LOSS_RTOL, atol=LOSS_ATOL,
-                               err_msg=f"{script.__name__}: flow's losses differ from torch's")
+    np.testing.assert_allclose(
+        f_losses,
+        t_losses,
+        rtol=LOSS_RTOL,
+        atol=LOSS_ATOL,
+        err_msg=f"{script.__name__}: flow's losses differ from torch's",
+    )
     t_final, f_final = _numpy_state(tm), _numpy_state(fm)
     for k, tv in t_final.items():
-        np.testing.assert_allclose(_comparable(k, f_final[k]), _comparable(k, tv), rtol=PARAM_RTOL, atol=PARAM_ATOL,
-                                   err_msg=f"{script.__name__}: '{k}' differs after {STEPS} steps")
+        np.testing.assert_allclose(
+            _comparable(k, f_final[k]),
+            _comparable(k, tv),
+            rtol=PARAM_RTOL,
+            atol=PARAM_ATOL,
+            err_msg=f"{script.__name__}: '{k}' differs after {STEPS} steps",
+        )
 
 
 # -- the benchmark models (benchmarks/models.py), written once against ``nn`` / ``F``, small sizes ----------
@@ -201,9 +211,11 @@ def _dlrm_script(ns):
     opt = ns.optim.SGD(model.parameters(), lr=0.05)
     rng = np.random.default_rng(6)
     b, bag = 16, 3
-    inputs = (ns.from_numpy(rng.standard_normal((b, 13), dtype=np.float32)),
-              [ns.from_numpy(rng.integers(0, 50, b * bag)) for _ in range(3)],
-              ns.from_numpy(np.arange(b, dtype=np.int64) * bag))
+    inputs = (
+        ns.from_numpy(rng.standard_normal((b, 13), dtype=np.float32)),
+        [ns.from_numpy(rng.integers(0, 50, b * bag)) for _ in range(3)],
+        ns.from_numpy(np.arange(b, dtype=np.int64) * bag),
+    )
     y = ns.from_numpy(rng.integers(0, 2, (b, 1)).astype(np.float32))
     return model, opt, inputs, y, F.binary_cross_entropy_with_logits
 

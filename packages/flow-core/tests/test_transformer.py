@@ -60,13 +60,23 @@ def test_mha_state_dict_layout_matches_torch():
     torch = pytest.importorskip("torch")
     for kw in (dict(), dict(bias=False), dict(kdim=5, vdim=3), dict(add_bias_kv=True)):
         f, t = nn.MultiheadAttention(8, 2, **kw), torch.nn.MultiheadAttention(8, 2, **kw)
-        assert [(k, tuple(v.shape)) for k, v in f.state_dict().items()] == \
-            [(k, tuple(v.shape)) for k, v in t.state_dict().items()]
+        assert [(k, tuple(v.shape)) for k, v in f.state_dict().items()] == [
+            (k, tuple(v.shape)) for k, v in t.state_dict().items()
+        ]
         assert repr(f) == repr(t)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(batch_first=True), dict(bias=False), dict(add_bias_kv=True),
-                                dict(add_zero_attn=True), dict(add_bias_kv=True, add_zero_attn=True)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(batch_first=True),
+        dict(bias=False),
+        dict(add_bias_kv=True),
+        dict(add_zero_attn=True),
+        dict(add_bias_kv=True, add_zero_attn=True),
+    ],
+)
 def test_mha_self_attention_parity(kw):
     torch = pytest.importorskip("torch")
     f, t = nn.MultiheadAttention(8, 2, **kw), torch.nn.MultiheadAttention(8, 2, **kw)
@@ -82,8 +92,10 @@ def test_mha_cross_attention_and_kdim_vdim():
     q, k, v = randn(4, 2, 8), randn(6, 2, 8, seed=1), randn(6, 2, 8, seed=2)
     parity(f, t, q, k, v)
     parity(f, t, q, k, k)
-    f, t = nn.MultiheadAttention(8, 2, kdim=5, vdim=3, batch_first=True), \
-        torch.nn.MultiheadAttention(8, 2, kdim=5, vdim=3, batch_first=True)
+    f, t = (
+        nn.MultiheadAttention(8, 2, kdim=5, vdim=3, batch_first=True),
+        torch.nn.MultiheadAttention(8, 2, kdim=5, vdim=3, batch_first=True),
+    )
     parity(f, t, randn(2, 4, 8), randn(2, 6, 5, seed=1), randn(2, 6, 3, seed=2))
 
 
@@ -155,8 +167,14 @@ def test_mha_dropout_only_in_training():
 
 
 # -- transformer layers -----------------------------------------------------------------------------------------
-ENC_CONFIGS = [dict(), dict(activation="gelu"), dict(norm_first=True), dict(batch_first=True),
-               dict(layer_norm_eps=1e-3, dim_feedforward=12), dict(bias=False)]
+ENC_CONFIGS = [
+    dict(),
+    dict(activation="gelu"),
+    dict(norm_first=True),
+    dict(batch_first=True),
+    dict(layer_norm_eps=1e-3, dim_feedforward=12),
+    dict(bias=False),
+]
 
 
 @pytest.mark.parametrize("kw", ENC_CONFIGS)

@@ -58,7 +58,12 @@ def test_resnet_from_torchvision_infers_the_architecture(tmp_path):
     path = write(tmp_path, ref)
     cfg = resnet_config_from_state_dict(path)
     assert (cfg.block, tuple(cfg.layers), cfg.num_classes, cfg.width, cfg.stem) == (
-        "bottleneck", (1, 2, 1, 1), 7, 4, "cifar")
+        "bottleneck",
+        (1, 2, 1, 1),
+        7,
+        4,
+        "cifar",
+    )
     model = resnet_from_torchvision(path)
     np.testing.assert_array_equal(model.fc.weight.detach().numpy(), ref["fc.weight"])
     # wrapped checkpoints (DataParallel's "module." prefix) load too
@@ -165,14 +170,29 @@ TINY_BERT = dict(vocab=101, hidden=32, layers=2, intermediate=64, max_positions=
 
 
 def tiny_bert(head="none", **kw):
-    return flow_models.create("bert-base", vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                              intermediate_size=64, max_position_embeddings=24, head=head, **kw)
+    return flow_models.create(
+        "bert-base",
+        vocab_size=101,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=24,
+        head=head,
+        **kw,
+    )
 
 
 def test_bert_pretraining_checkpoint_into_every_head(tmp_path):
     shapes = hf_bert_shapes(**TINY_BERT, mlm=True, nsp=True, position_ids=True)
-    ref = random_state(shapes, seed=9, tie={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-                                           "cls.predictions.decoder.bias": "cls.predictions.bias"})
+    ref = random_state(
+        shapes,
+        seed=9,
+        tie={
+            "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+            "cls.predictions.decoder.bias": "cls.predictions.bias",
+        },
+    )
     path = write(tmp_path, ref)
 
     encoder = tiny_bert()
@@ -188,8 +208,9 @@ def test_bert_pretraining_checkpoint_into_every_head(tmp_path):
     r = load_hf_bert(mlm, path)
     got = sd_numpy(mlm)
     np.testing.assert_array_equal(got["cls.predictions.bias"], ref["cls.predictions.bias"])
-    np.testing.assert_array_equal(got["cls.predictions.transform.LayerNorm.weight"],
-                                  ref["cls.predictions.transform.LayerNorm.weight"])
+    np.testing.assert_array_equal(
+        got["cls.predictions.transform.LayerNorm.weight"], ref["cls.predictions.transform.LayerNorm.weight"]
+    )
     np.testing.assert_array_equal(got["cls.predictions.decoder.weight"], ref["bert.embeddings.word_embeddings.weight"])
     assert "bert.pooler.dense.weight" in r.skipped  # HF's BertForMaskedLM has no pooler either
 
@@ -208,14 +229,22 @@ def test_bert_model_checkpoint_without_prefix_and_old_layer_norm_names(tmp_path)
     cls = tiny_bert("cls", num_labels=3)
     r = load_hf_bert(cls, path)
     assert not r.missing
-    np.testing.assert_array_equal(cls.bert.embeddings.LayerNorm.weight.detach().numpy(),
-                                  ref["embeddings.LayerNorm.gamma"])
-    np.testing.assert_array_equal(cls.bert.encoder.layer[1].output.LayerNorm.bias.detach().numpy(),
-                                  ref["encoder.layer.1.output.LayerNorm.beta"])
+    np.testing.assert_array_equal(
+        cls.bert.embeddings.LayerNorm.weight.detach().numpy(), ref["embeddings.LayerNorm.gamma"]
+    )
+    np.testing.assert_array_equal(
+        cls.bert.encoder.layer[1].output.LayerNorm.bias.detach().numpy(), ref["encoder.layer.1.output.LayerNorm.beta"]
+    )
     np.testing.assert_array_equal(cls.classifier.weight.detach().numpy(), ref["classifier.weight"])
     cfg = bert_config_from_state_dict(path)
-    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size,
-            cfg.max_position_embeddings, cfg.num_labels) == (101, 32, 2, 64, 24, 3)
+    assert (
+        cfg.vocab_size,
+        cfg.hidden_size,
+        cfg.num_hidden_layers,
+        cfg.intermediate_size,
+        cfg.max_position_embeddings,
+        cfg.num_labels,
+    ) == (101, 32, 2, 64, 24, 3)
     model = bert_from_hf(path, head="cls", num_attention_heads=2)
     assert model.config.num_labels == 3
 
@@ -271,8 +300,9 @@ def test_bert_matches_torch_after_conversion(tmp_path):
     refs = _torch_refs()
     import torch
 
-    tmodel = refs.randomize_(refs.BertForPreTraining(vocab=101, h=32, layers=2, n_head=4, inter=64, max_pos=24),
-                             14).eval()
+    tmodel = refs.randomize_(
+        refs.BertForPreTraining(vocab=101, h=32, layers=2, n_head=4, inter=64, max_pos=24), 14
+    ).eval()
     path = write(tmp_path, tmodel.hf_state())
     ids = np.random.default_rng(2).integers(0, 101, (2, 9))
     mask = np.ones((2, 9), np.int64)

@@ -35,8 +35,14 @@ RNG = np.random.default_rng(0)
 
 # -- IDX (MNIST, Fashion-MNIST) ---------------------------------------------------------------------
 def idx_bytes(arr: np.ndarray) -> bytes:
-    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09, np.dtype(">i2"): 0x0B, np.dtype(">i4"): 0x0C,
-             np.dtype(">f4"): 0x0D, np.dtype(">f8"): 0x0E}
+    codes = {
+        np.dtype(np.uint8): 0x08,
+        np.dtype(np.int8): 0x09,
+        np.dtype(">i2"): 0x0B,
+        np.dtype(">i4"): 0x0C,
+        np.dtype(">f4"): 0x0D,
+        np.dtype(">f8"): 0x0E,
+    }
     head = bytes([0, 0, codes[arr.dtype], arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
     return head + arr.tobytes()
 
@@ -89,12 +95,15 @@ def test_fashion_mnist_uses_the_same_files_and_class_names(tmp_path):
     assert splits.name == "fashion-mnist" and splits.info["classes"][9] == "Ankle boot"
 
 
-@pytest.mark.parametrize("damage, expect", [
-    (lambda raw: raw[:-7], "truncated"),
-    (lambda raw: b"\x01\x02" + raw[2:], "not an IDX file"),
-    (lambda raw: raw[:2] + b"\x42" + raw[3:], "unknown type code"),
-    (lambda raw: gzip.compress(raw)[:30], "gzip"),
-])
+@pytest.mark.parametrize(
+    "damage, expect",
+    [
+        (lambda raw: raw[:-7], "truncated"),
+        (lambda raw: b"\x01\x02" + raw[2:], "not an IDX file"),
+        (lambda raw: raw[:2] + b"\x42" + raw[3:], "unknown type code"),
+        (lambda raw: gzip.compress(raw)[:30], "gzip"),
+    ],
+)
 def test_corrupt_idx_names_the_file(tmp_path, damage, expect):
     write_mnist(tmp_path, gz=False)
     path = tmp_path / "train-images-idx3-ubyte"
@@ -266,11 +275,14 @@ def test_criteo_splits(tmp_path):
     assert splits.model_args == {"num_dense": 13, "table_sizes": [100] * 26}
 
 
-@pytest.mark.parametrize("line, expect", [
-    ("1\t2\t3", "line 2: expected 40 tab-separated columns"),
-    ("x" + "\t" * 39, "line 2: label must be 0 or 1"),
-    ("1\tabc" + "\t" * 38, "line 2: a dense column is not a number"),
-])
+@pytest.mark.parametrize(
+    "line, expect",
+    [
+        ("1\t2\t3", "line 2: expected 40 tab-separated columns"),
+        ("x" + "\t" * 39, "line 2: label must be 0 or 1"),
+        ("1\tabc" + "\t" * 38, "line 2: a dense column is not a number"),
+    ],
+)
 def test_criteo_malformed_line_names_file_and_line(tmp_path, line, expect):
     good = criteo_line(0, [1] * 13, ["00000001"] * 26)
     (tmp_path / "bad.tsv").write_text(good + "\n" + line + "\n")
@@ -293,7 +305,7 @@ def tone(freq, rate=8000, n=4000):
 @pytest.mark.parametrize("width", [1, 2, 3, 4])
 def test_read_wav_sample_widths_and_channels(tmp_path, width):
     x = tone(440, n=800)
-    scale = {1: 127, 2: 32767, 3: 2 ** 23 - 1, 4: 2 ** 31 - 1}[width]
+    scale = {1: 127, 2: 32767, 3: 2**23 - 1, 4: 2**31 - 1}[width]
     ints = np.round(x * scale).astype(np.int64)
     stereo = np.stack([ints, ints], axis=1).ravel()
     if width == 1:
@@ -343,8 +355,10 @@ def test_speech_commands_layout_with_testing_list(tmp_path):
 def test_speech_commands_hash_split_keeps_speakers_together(tmp_path):
     write_speech_commands(tmp_path, speakers=20)
     splits = load_speech_commands(tmp_path, sample_rate=16000, test_fraction=0.3)
-    speakers = [{p.split("/")[-1].split("_nohash_")[0] + p.split("/")[-2] for p, _ in ds.samples}
-                for ds in (splits.train, splits.test)]
+    speakers = [
+        {p.split("/")[-1].split("_nohash_")[0] + p.split("/")[-2] for p, _ in ds.samples}
+        for ds in (splits.train, splits.test)
+    ]
     assert not speakers[0] & speakers[1] and len(splits.test) > 0
     x, _ = splits.train[0]
     assert x.shape == (1, 16000)  # resampled from 8 kHz and padded to one second

@@ -40,16 +40,19 @@ DATASET_CASES = {
     "criteo": _criteo,
     "synthetic-speech": lambda p: {"per_class": 6, "duration": 0.25},
     "synthetic-speech-ctc": lambda p: {"utterances": 30},
-    "speech-commands": lambda p: (write_speech_commands(p / "s", with_lists=True),
-                                  {"root": p / "s", "sample_rate": 8000, "length": 3000})[1],
+    "speech-commands": lambda p: (
+        write_speech_commands(p / "s", with_lists=True),
+        {"root": p / "s", "sample_rate": 8000, "length": 3000},
+    )[1],
 }
 
 
 def test_every_model_and_dataset_of_the_zoo_declares_what_it_takes_or_gives():
     own = {n for n in flow_models.list_models() if zoo.model_info(n).plugin == zoo.BUILTIN_PLUGIN}
     assert own and all(isinstance(zoo.model_info(n).input_spec(), DataSpec) for n in own)
-    assert set(DATASET_CASES) == {n for n in flow_models.list_datasets()
-                                  if zoo.dataset_info(n).plugin == zoo.BUILTIN_PLUGIN}
+    assert set(DATASET_CASES) == {
+        n for n in flow_models.list_datasets() if zoo.dataset_info(n).plugin == zoo.BUILTIN_PLUGIN
+    }
 
 
 @pytest.mark.parametrize("name", sorted(DATASET_CASES))
@@ -76,16 +79,31 @@ def test_the_ctc_set_as_waveforms_declares_waveforms():
 
 # -- models: a batch shaped by the declaration goes through, with the output the task expects ---------
 SMALL = {  # one variant per config class, shrunk so the test stays fast
-    "lenet": {}, "lenet-mnist": {}, "resnet18": {"width": 8}, "resnet50": {"width": 8},
-    "resnet18-cifar": {"width": 8}, "vgg11": {"hidden": 16}, "mobilenet-v2": {"width_mult": 0.25},
+    "lenet": {},
+    "lenet-mnist": {},
+    "resnet18": {"width": 8},
+    "resnet50": {"width": 8},
+    "resnet18-cifar": {"width": 8},
+    "vgg11": {"hidden": 16},
+    "mobilenet-v2": {"width_mult": 0.25},
     "vit-tiny": {"image_size": 32, "depth": 1, "embed_dim": 32, "num_heads": 2},
-    "gpt2-char": {"n_layer": 1, "n_embd": 32, "n_head": 2}, "gpt2": {"n_layer": 1, "n_embd": 32, "n_head": 2,
-                                                                     "vocab_size": 100, "block_size": 32},
-    "bert-tiny": {"vocab_size": 100}, "bert-base-mlm": {"vocab_size": 100, "hidden_size": 32,
-                                                         "num_hidden_layers": 1, "num_attention_heads": 2,
-                                                         "intermediate_size": 64},
-    "bert-base-cls": {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                      "intermediate_size": 64},
+    "gpt2-char": {"n_layer": 1, "n_embd": 32, "n_head": 2},
+    "gpt2": {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 100, "block_size": 32},
+    "bert-tiny": {"vocab_size": 100},
+    "bert-base-mlm": {
+        "vocab_size": 100,
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+    },
+    "bert-base-cls": {
+        "vocab_size": 100,
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+    },
     "wide-deep": {"table_sizes": (10, 10, 10), "num_dense": 4},
     "dlrm-small": {"table_sizes": (10, 10, 10), "num_dense": 4},
     "m5": {"num_classes": 5},
@@ -96,8 +114,10 @@ FREE_SIZE = {"image": 20, "tokens": 8, "waveform": 900, "features": 30}
 
 def _batch(spec: DataSpec, cfg, n: int = 2):
     kind = spec.kinds[0]
-    sizes = [s if s is not None else max(FREE_SIZE[kind], (spec.min_shape or [0] * 3)[k] or 0)
-             for k, s in enumerate(spec.shape)]
+    sizes = [
+        s if s is not None else max(FREE_SIZE[kind], (spec.min_shape or [0] * 3)[k] or 0)
+        for k, s in enumerate(spec.shape)
+    ]
     if kind == "tokens":
         return (flow.tensor(np.random.default_rng(0).integers(0, 50, (n, *sizes))),)
     if kind == "tabular":
@@ -145,19 +165,22 @@ def nothing_is_built(monkeypatch):
     monkeypatch.setattr(build, "build_model", refuse)
 
 
-@pytest.mark.parametrize("model,dataset,why", [
-    ("gpt2-char", "digits", "the dataset is for classification, the model for lm"),
-    ("lenet", "cpython-docs", "the dataset is for lm, the model for classification"),
-    ("m5", "digits", "the dataset gives image, the model takes waveform"),
-    ("crnn-ctc", "synthetic-speech", "the dataset is for classification, the model for ctc"),
-    ("vgg11", "digits", "H is 8, below the model's minimum of 32"),
-    ("vit-tiny", "digits", "image_size 8 is not a multiple of patch_size 16"),
-    ("bert-base-mlm", "cpython-docs", "the dataset is for lm, the model for masked-lm"),
-    ("dlrm-small", "digits", "the dataset is for classification, the model for recsys"),
-])
-def test_a_model_that_cannot_consume_the_dataset_is_a_one_line_error_naming_both(tmp_path, capsys,
-                                                                                 nothing_is_built, model, dataset,
-                                                                                 why):
+@pytest.mark.parametrize(
+    "model,dataset,why",
+    [
+        ("gpt2-char", "digits", "the dataset is for classification, the model for lm"),
+        ("lenet", "cpython-docs", "the dataset is for lm, the model for classification"),
+        ("m5", "digits", "the dataset gives image, the model takes waveform"),
+        ("crnn-ctc", "synthetic-speech", "the dataset is for classification, the model for ctc"),
+        ("vgg11", "digits", "H is 8, below the model's minimum of 32"),
+        ("vit-tiny", "digits", "image_size 8 is not a multiple of patch_size 16"),
+        ("bert-base-mlm", "cpython-docs", "the dataset is for lm, the model for masked-lm"),
+        ("dlrm-small", "digits", "the dataset is for classification, the model for recsys"),
+    ],
+)
+def test_a_model_that_cannot_consume_the_dataset_is_a_one_line_error_naming_both(
+    tmp_path, capsys, nothing_is_built, model, dataset, why
+):
     code = main([model, "--dataset", dataset, "--output", str(tmp_path), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
@@ -177,8 +200,7 @@ def test_fitting_and_overrides_are_part_of_the_check(tmp_path, nothing_is_built)
     cfg = resolve_config("lenet", "vision", {}, {"output": str(tmp_path), "model_args": {"input_size": 28}})
     with pytest.raises(TrainError, match="H is 8, not 28"):  # --model-arg wins over the fitting
         preflight(cfg)
-    cfg = resolve_config("dlrm-small", "recsys", {}, {"output": str(tmp_path),
-                                                      "model_args": {"table_sizes": [10, 10]}})
+    cfg = resolve_config("dlrm-small", "recsys", {}, {"output": str(tmp_path), "model_args": {"table_sizes": [10, 10]}})
     with pytest.raises(TrainError, match="sparse is 26, not 2"):
         preflight(cfg)
     cfg = resolve_config("resnet18", "vision", {}, {"output": str(tmp_path)})
@@ -209,8 +231,7 @@ def test_an_undeclared_dataset_is_still_held_to_the_model_task(tmp_path):
         with pytest.raises(TrainError, match="the dataset is for classification, the model for lm"):
             from flow_models.train.loop import Trainer
 
-            Trainer(resolve_config("gpt2-char", "nlp", {}, {"dataset": "undeclared-digits",
-                                                             "output": str(tmp_path)}))
+            Trainer(resolve_config("gpt2-char", "nlp", {}, {"dataset": "undeclared-digits", "output": str(tmp_path)}))
     finally:
         del reg._datasets["undeclared-digits"]
 
@@ -222,4 +243,6 @@ def test_mismatch_and_describe():
     assert DataSpec("ctc", ("features", "waveform"), (20, None)).describe() == "ctc of features or waveform (20, T)"
     assert DataSpec("lm", "tokens").describe() == "lm of tokens (T,)"
     assert fit_fields(["in_channels", "input_size"], {"image_size": 8, "in_channels": 1}) == {
-        "input_size": 8, "in_channels": 1}
+        "input_size": 8,
+        "in_channels": 1,
+    }

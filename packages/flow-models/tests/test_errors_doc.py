@@ -21,9 +21,14 @@ def test_every_exception_class_is_documented():
         if info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
-        found |= {name for name, obj in vars(module).items()
-                  if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
-                  and not name.startswith("_")}
+        found |= {
+            name
+            for name, obj in vars(module).items()
+            if inspect.isclass(obj)
+            and issubclass(obj, BaseException)
+            and obj.__module__ == module.__name__
+            and not name.startswith("_")
+        }
     assert {"TrainError", "DataError", "ZooError"} <= found
     text = DOC.read_text(encoding="utf-8")
     missing = sorted(n for n in found if f"`{n}`" not in text)

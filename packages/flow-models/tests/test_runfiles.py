@@ -37,8 +37,13 @@ def test_atomic_write_replaces_or_leaves_the_old_file(tmp_path, monkeypatch):
 
 def test_stale_temporaries_of_dead_runs_are_removed_and_nothing_else(tmp_path):
     dead, alive = _dead_pid(), os.getpid()
-    names = [f"plot.png.{dead}.tmp", f"summary.json.{dead}.tmp", f"metrics.jsonl.{alive}.tmp",
-             f"checkpoint.safetensors.{dead}.tmp", "notes.txt"]
+    names = [
+        f"plot.png.{dead}.tmp",
+        f"summary.json.{dead}.tmp",
+        f"metrics.jsonl.{alive}.tmp",
+        f"checkpoint.safetensors.{dead}.tmp",
+        "notes.txt",
+    ]
     for n in names:
         (tmp_path / n).write_text("x")
     removed = remove_stale_temps(str(tmp_path))
@@ -48,8 +53,9 @@ def test_stale_temporaries_of_dead_runs_are_removed_and_nothing_else(tmp_path):
 
 def test_metrics_resume_drops_a_line_cut_short_and_later_steps(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"kind": "train", "step": 1}\n{"kind": "train", "step": 2}\n{"kind": "eval", "step": 3}\n'
-                    '{"kind": "train", "st')
+    path.write_text(
+        '{"kind": "train", "step": 1}\n{"kind": "train", "step": 2}\n{"kind": "eval", "step": 3}\n{"kind": "train", "st'
+    )
     log = MetricsLog(str(path), resume_step=2)
     log.append({"kind": "train", "step": 3})
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
@@ -63,4 +69,7 @@ def test_a_run_cleans_up_after_a_killed_one(tmp_path):
     assert main(["lenet", "--max-steps", "2", "--output", str(out), "--no-progress"]) == 0
     assert not stale.exists()
     assert sorted(f for f in os.listdir(out) if not f.startswith("checkpoint")) == [
-        "metrics.jsonl", "plot.png", "summary.json"]
+        "metrics.jsonl",
+        "plot.png",
+        "summary.json",
+    ]

@@ -19,8 +19,14 @@ from flow_models.train.config import TrainError, load_config_file, resolve_confi
 def run_cli(*args: str, cwd=None, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("FLOW_TRAIN_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "flow_models.train", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "flow_models.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -44,8 +50,18 @@ def test_list_shows_models_and_datasets_one_line_each():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     names = {line.split()[0] for line in lines if line.startswith("  ")}
-    assert {"lenet", "gpt2-char", "dlrm", "m5", "digits", "cpython-docs", "synthetic-recsys",
-            "synthetic-speech", "mnist", "criteo"} <= names
+    assert {
+        "lenet",
+        "gpt2-char",
+        "dlrm",
+        "m5",
+        "digits",
+        "cpython-docs",
+        "synthetic-recsys",
+        "synthetic-speech",
+        "mnist",
+        "criteo",
+    } <= names
     assert "models:" in lines and "datasets:" in lines
     digits = next(line for line in lines if line.split()[:1] == ["digits"])
     assert "vision" in digits and "8x8" in digits
@@ -131,8 +147,7 @@ def test_cuda_when_flow_cuda_is_missing(tmp_path):
         pytest.skip("a cuda device is registered")
     except Exception:
         pass
-    assert_one_line_error(run_cli("lenet", "--device", "cuda", "--output", str(tmp_path)), "--device cuda",
-                          "flow-cuda")
+    assert_one_line_error(run_cli("lenet", "--device", "cuda", "--output", str(tmp_path)), "--device cuda", "flow-cuda")
 
 
 def test_help_and_console_script_exit_zero():
@@ -156,8 +171,9 @@ def test_layers_of_settings(tmp_path):
 
 
 def test_config_file_run_with_flag_override(tmp_path, capsys):
-    (tmp_path / "run.toml").write_text(f"model = 'lenet'\nmax_steps = 5\nepochs = 1\noutput = '{tmp_path / 'out'}'\n"
-                                       "progress = false\nlog_every = 1\n")
+    (tmp_path / "run.toml").write_text(
+        f"model = 'lenet'\nmax_steps = 5\nepochs = 1\noutput = '{tmp_path / 'out'}'\nprogress = false\nlog_every = 1\n"
+    )
     assert main(["--config", str(tmp_path / "run.toml"), "--max-steps", "3"]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["model"] == "lenet"

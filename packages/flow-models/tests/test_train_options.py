@@ -40,73 +40,133 @@ def _a_file(p, name="settings.json", text="{}"):
 BAD_FLAGS = {
     "model": [(lambda p: ["no-such-model"], "no model named 'no-such-model'")],
     "--list": [(lambda p: ["--list=yes"], "ignored explicit argument")],
-    "--dataset": [(lambda p: ["--dataset", "nope"], "no dataset named 'nope'"),
-                  (lambda p: ["--dataset", "cpython-docs"], "cannot train on dataset 'cpython-docs'"),
-                  (lambda p: ["--dataset", " "], "must not be empty")],
-    "--data-path": [(lambda p: ["--data-path", str(p / "missing")], "not found"),
-                    (lambda p: ["--data-path", str(p)], "reads no files")],
-    "--data-arg": [(lambda p: ["--data-arg", "colour"], "expects KEY=VALUE"),
-                   (lambda p: ["--data-arg", "colour=red"], "has no option(s) colour"),
-                   (lambda p: ["--data-arg", "test_fraction=abc"], "'test_fraction' expects a number")],
-    "--model-arg": [(lambda p: ["--model-arg", "=3"], "expects KEY=VALUE"),
-                    (lambda p: ["--model-arg", "depth=3"], "no config field(s) ['depth']"),
-                    (lambda p: ["--model-arg", "kernel_size=big"], "'kernel_size' expects an integer")],
-    "--config": [(lambda p: ["--config", str(p / "missing.yaml")], "file not found"),
-                 (lambda p: ["--config", _a_file(p)], "must end in .yaml, .yml or .toml")],
-    "--epochs": [(lambda p: ["--epochs", "0"], "must be an integer >= 1, got 0"),
-                 (lambda p: ["--epochs", "-3"], "got -3"), (lambda p: ["--epochs", "1.5"], "got 1.5")],
+    "--dataset": [
+        (lambda p: ["--dataset", "nope"], "no dataset named 'nope'"),
+        (lambda p: ["--dataset", "cpython-docs"], "cannot train on dataset 'cpython-docs'"),
+        (lambda p: ["--dataset", " "], "must not be empty"),
+    ],
+    "--data-path": [
+        (lambda p: ["--data-path", str(p / "missing")], "not found"),
+        (lambda p: ["--data-path", str(p)], "reads no files"),
+    ],
+    "--data-arg": [
+        (lambda p: ["--data-arg", "colour"], "expects KEY=VALUE"),
+        (lambda p: ["--data-arg", "colour=red"], "has no option(s) colour"),
+        (lambda p: ["--data-arg", "test_fraction=abc"], "'test_fraction' expects a number"),
+    ],
+    "--model-arg": [
+        (lambda p: ["--model-arg", "=3"], "expects KEY=VALUE"),
+        (lambda p: ["--model-arg", "depth=3"], "no config field(s) ['depth']"),
+        (lambda p: ["--model-arg", "kernel_size=big"], "'kernel_size' expects an integer"),
+    ],
+    "--config": [
+        (lambda p: ["--config", str(p / "missing.yaml")], "file not found"),
+        (lambda p: ["--config", _a_file(p)], "must end in .yaml, .yml or .toml"),
+    ],
+    "--epochs": [
+        (lambda p: ["--epochs", "0"], "must be an integer >= 1, got 0"),
+        (lambda p: ["--epochs", "-3"], "got -3"),
+        (lambda p: ["--epochs", "1.5"], "got 1.5"),
+    ],
     "--batch-size": [(lambda p: ["--batch-size", "0"], "must be an integer >= 1")],
     "--eval-batch-size": [(lambda p: ["--eval-batch-size", "0"], "must be an integer >= 1")],
-    "--lr": [(lambda p: ["--lr", "0"], "must be a number > 0"), (lambda p: ["--lr=-1e-3"], "> 0"),
-             (lambda p: ["--lr", "nan"], "got nan"), (lambda p: ["--lr", "inf"], "got inf")],
+    "--lr": [
+        (lambda p: ["--lr", "0"], "must be a number > 0"),
+        (lambda p: ["--lr=-1e-3"], "> 0"),
+        (lambda p: ["--lr", "nan"], "got nan"),
+        (lambda p: ["--lr", "inf"], "got inf"),
+    ],
     "--optimizer": [(lambda p: ["--optimizer", "rmsprop"], "one of sgd, adam, adamw")],
     "--weight-decay": [(lambda p: ["--weight-decay", "-1"], "must be a number >= 0, got -1")],
     "--momentum": [(lambda p: ["--momentum", "-0.1"], ">= 0 and < 1"), (lambda p: ["--momentum", "1"], "< 1")],
     "--scheduler": [(lambda p: ["--scheduler", "step"], "one of constant, cosine")],
     "--warmup-steps": [(lambda p: ["--warmup-steps", "-5"], "must be an integer >= 0, got -5")],
-    "--grad-clip": [(lambda p: ["--grad-clip", "-1"], "must be a number > 0, got -1"),
-                    (lambda p: ["--grad-clip", "0"], "> 0")],
+    "--grad-clip": [
+        (lambda p: ["--grad-clip", "-1"], "must be a number > 0, got -1"),
+        (lambda p: ["--grad-clip", "0"], "> 0"),
+    ],
     "--max-steps": [(lambda p: ["--max-steps", "0"], "must be an integer >= 1")],
     "--eval-batches": [(lambda p: ["--eval-batches", "0"], "must be an integer >= 1, got 0")],
-    "--seed": [(lambda p: ["--seed", "-1"], "must be an integer >= 0 and <= 2**64 - 1, got -1"),
-               (lambda p: ["--seed", str(2 ** 64)], "<= 2**64 - 1")],
-    "--graph": [(lambda p: ["--graph=yes"], "ignored explicit argument"),
-                (lambda p: ["--graph", "--eager"], "not allowed with argument")],
+    "--seed": [
+        (lambda p: ["--seed", "-1"], "must be an integer >= 0 and <= 2**64 - 1, got -1"),
+        (lambda p: ["--seed", str(2**64)], "<= 2**64 - 1"),
+    ],
+    "--graph": [
+        (lambda p: ["--graph=yes"], "ignored explicit argument"),
+        (lambda p: ["--graph", "--eager"], "not allowed with argument"),
+    ],
     "--eager": [(lambda p: ["--eager=no"], "ignored explicit argument")],
     "--amp": [(lambda p: ["--amp", "int8"], "one of bf16, fp16")],
-    "--device": [(lambda p: ["--device", "cu:da"], "must be a device such as cpu"),
-                 (lambda p: ["--device", "tpu"], "is not available")],
-    "--num-workers": [(lambda p: ["--num-workers", "-1"], "must be an integer >= 0 and <= 256, got -1"),
-                      (lambda p: ["--num-workers", "100000"], "<= 256")],
+    "--device": [
+        (lambda p: ["--device", "cu:da"], "must be a device such as cpu"),
+        (lambda p: ["--device", "tpu"], "is not available"),
+    ],
+    "--num-workers": [
+        (lambda p: ["--num-workers", "-1"], "must be an integer >= 0 and <= 256, got -1"),
+        (lambda p: ["--num-workers", "100000"], "<= 256"),
+    ],
     "--threads": [(lambda p: ["--threads", "-1"], "must be an integer >= 0")],
-    "--output": [(lambda p: ["--output", str(p / "{foo}")], "may only use the fields {model} and {dataset}"),
-                 (lambda p: ["--output", _a_file(p)], "is a file, not a folder")],
-    "--resume": [(lambda p: ["--resume", str(p / "none.safetensors")], "file not found"),
-                 (lambda p: ["--resume", _garbage(p)], "garbage.safetensors")],
+    "--output": [
+        (lambda p: ["--output", str(p / "{foo}")], "may only use the fields {model} and {dataset}"),
+        (lambda p: ["--output", _a_file(p)], "is a file, not a folder"),
+    ],
+    "--resume": [
+        (lambda p: ["--resume", str(p / "none.safetensors")], "file not found"),
+        (lambda p: ["--resume", _garbage(p)], "garbage.safetensors"),
+    ],
     "--log-every": [(lambda p: ["--log-every", "0"], "must be an integer >= 1, got 0")],
     "--no-progress": [(lambda p: ["--no-progress=1"], "ignored explicit argument")],
     "--sample": [(lambda p: ["--sample=1"], "ignored explicit argument")],
     "--prompt": [(lambda p: ["--prompt="], "must not be empty")],
     "--sample-length": [(lambda p: ["--sample-length", "0"], "must be an integer >= 1")],
-    "--temperature": [(lambda p: ["--temperature", "-0.5"], "must be a number >= 0"),
-                      (lambda p: ["--temperature", "nan"], "got nan")],
+    "--temperature": [
+        (lambda p: ["--temperature", "-0.5"], "must be a number >= 0"),
+        (lambda p: ["--temperature", "nan"], "got nan"),
+    ],
     "--top-k": [(lambda p: ["--top-k", "0"], "must be an integer >= 1")],
 }
 
 # TrainConfig field -> a wrong value in a config file
 BAD_CONFIG = {
-    "model": 3, "dataset": ["digits"], "data_path": "/no/such/file", "epochs": 0, "batch_size": "many",
-    "eval_batch_size": -2, "lr": -0.1, "optimizer": "rmsprop", "weight_decay": -1, "momentum": 1.5,
-    "scheduler": "step", "warmup_steps": -5, "grad_clip": -1, "max_steps": 0, "eval_batches": 0, "seed": -7,
-    "graph": "maybe", "amp": "int8", "device": 0, "num_workers": -1, "threads": 2.5, "output": 5,
-    "resume": "/no/such/checkpoint.safetensors", "log_every": 0, "progress": "sometimes", "sample": 2,
-    "prompt": 7, "sample_length": 0, "temperature": float("nan"), "top_k": 0, "model_args": "wide",
+    "model": 3,
+    "dataset": ["digits"],
+    "data_path": "/no/such/file",
+    "epochs": 0,
+    "batch_size": "many",
+    "eval_batch_size": -2,
+    "lr": -0.1,
+    "optimizer": "rmsprop",
+    "weight_decay": -1,
+    "momentum": 1.5,
+    "scheduler": "step",
+    "warmup_steps": -5,
+    "grad_clip": -1,
+    "max_steps": 0,
+    "eval_batches": 0,
+    "seed": -7,
+    "graph": "maybe",
+    "amp": "int8",
+    "device": 0,
+    "num_workers": -1,
+    "threads": 2.5,
+    "output": 5,
+    "resume": "/no/such/checkpoint.safetensors",
+    "log_every": 0,
+    "progress": "sometimes",
+    "sample": 2,
+    "prompt": 7,
+    "sample_length": 0,
+    "temperature": float("nan"),
+    "top_k": 0,
+    "model_args": "wide",
     "data_args": [1, 2],
 }
 
 BAD_GENERATE = {
-    "checkpoint": [(lambda p: [str(p / "none.safetensors")], "file not found"),
-                   (lambda p: [_garbage(p)], "garbage.safetensors")],
+    "checkpoint": [
+        (lambda p: [str(p / "none.safetensors")], "file not found"),
+        (lambda p: [_garbage(p)], "garbage.safetensors"),
+    ],
     "--prompt": [(lambda p: [_garbage(p), "--prompt="], "must not be empty")],
     "--length": [(lambda p: [_garbage(p), "--length", "0"], "must be an integer >= 1, got 0")],
     "--temperature": [(lambda p: [_garbage(p), "--temperature", "-1"], "must be a number >= 0")],
@@ -132,6 +192,7 @@ def _cases(table):
 @pytest.fixture
 def nothing_is_built(monkeypatch):
     """Fail loudly if a case gets as far as reading data or building a model."""
+
     def refuse(*a, **k):
         raise AssertionError("an option error was only found after loading data / building the model")
 
@@ -199,9 +260,27 @@ def test_a_wrong_flow_generate_option_is_a_one_line_usage_error(tmp_path, capsys
 
 
 def test_boundary_values_are_accepted():
-    args = build_parser().parse_args(["lenet", "--momentum", "0", "--temperature", "0", "--warmup-steps", "0",
-                                      "--seed", str(MAX_SEED), "--num-workers", "0", "--threads", "0",
-                                      "--weight-decay", "0", "--lr", "1e-9"])
+    args = build_parser().parse_args(
+        [
+            "lenet",
+            "--momentum",
+            "0",
+            "--temperature",
+            "0",
+            "--warmup-steps",
+            "0",
+            "--seed",
+            str(MAX_SEED),
+            "--num-workers",
+            "0",
+            "--threads",
+            "0",
+            "--weight-decay",
+            "0",
+            "--lr",
+            "1e-9",
+        ]
+    )
     assert (args.momentum, args.temperature, args.warmup_steps, args.seed) == (0.0, 0.0, 0, MAX_SEED)
     assert build_parser().parse_args(["lenet", "--seed", "0", "--epochs", "1"]).epochs == 1
 
@@ -216,7 +295,7 @@ def test_help_shows_the_ranges(capsys):
 
 def test_every_seed_gives_its_own_order():
     """Negative seeds used to collapse onto one order; seeds are now 0 .. 2**64 - 1, each its own."""
-    seeds = [0, 1, 2, 2 ** 63 - 1, 2 ** 63, MAX_SEED]
+    seeds = [0, 1, 2, 2**63 - 1, 2**63, MAX_SEED]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "invalid value encountered in cast"
         orders = {tuple(EpochSampler(50, s).order()) for s in seeds}
@@ -229,8 +308,19 @@ def test_every_seed_gives_its_own_order():
 
 def test_a_prompt_outside_the_vocabulary_is_refused_before_training(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(build, "build_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("built")))
-    code = main(["gpt2-char", "--sample", "--prompt", "naïve ☃", "--data-arg", "max_chars=20000", "--output",
-                 str(tmp_path), "--no-progress"])
+    code = main(
+        [
+            "gpt2-char",
+            "--sample",
+            "--prompt",
+            "naïve ☃",
+            "--data-arg",
+            "max_chars=20000",
+            "--output",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     line = _one_line(capsys, code, "flow-train")
     assert "--prompt" in line and "☃" in line and "vocabulary of dataset 'cpython-docs'" in line
 

@@ -35,8 +35,14 @@ def test_lenet_on_digits_readme_command(tmp_path):
     """`flow-train lenet --dataset digits`: >= 95% test accuracy printed, a checkpoint and a plot left behind."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "flow_models.train", "lenet", "--dataset", "digits", "--no-progress"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flow_models.train", "lenet", "--dataset", "digits", "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
     acc = float(re.search(r"test accuracy: ([\d.]+)%", proc.stdout).group(1))
@@ -66,18 +72,25 @@ def test_resume_continues_identically(tmp_path, stop_at):
     assert resumed["test"] == straight["test"]
     a, b = weights(tmp_path / "straight" / "checkpoint.safetensors"), weights(ckpt)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
     # the resumed run's metrics continue the interrupted ones, as if it never stopped
     def steps(name):
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
         return [(r["kind"], r["step"], round(r["loss"], 6)) for r in map(json.loads, lines) if r["kind"] == "train"]
+
     assert steps("resumed") == steps("straight")
 
 
 def test_ctrl_c_saves_a_checkpoint_and_resumes(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "flow_models.train", "lenet", "--epochs", "500", "--no-progress",
-                             "--output", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flow_models.train", "lenet", "--epochs", "500", "--no-progress", "--output", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         for line in proc.stdout:
             if line.startswith("epoch 1/"):
@@ -99,17 +112,36 @@ def test_ctrl_c_saves_a_checkpoint_and_resumes(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize("sig,to_group,workers", [(signal.SIGTERM, False, 0), (signal.SIGINT, True, 2),
-                                                  (signal.SIGTERM, True, 2)],
-                         ids=["sigterm", "ctrl-c-with-workers", "sigterm-to-the-group-with-workers"])
+@pytest.mark.parametrize(
+    "sig,to_group,workers",
+    [(signal.SIGTERM, False, 0), (signal.SIGINT, True, 2), (signal.SIGTERM, True, 2)],
+    ids=["sigterm", "ctrl-c-with-workers", "sigterm-to-the-group-with-workers"],
+)
 def test_a_signal_saves_one_checkpoint_and_exits_128_plus_its_number(tmp_path, sig, to_group, workers):
     """What a scheduler or container runtime sends (SIGTERM), or Ctrl-C in a terminal (SIGINT to the whole
     process group, DataLoader workers included): one checkpoint, one message, exit 143 / 130."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "flow_models.train", "lenet", "--epochs", "500", "--no-progress",
-                             "--num-workers", str(workers), "--output", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flow_models.train",
+            "lenet",
+            "--epochs",
+            "500",
+            "--no-progress",
+            "--num-workers",
+            str(workers),
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         for line in proc.stdout:
             if line.startswith("epoch 1/"):
@@ -129,17 +161,34 @@ def test_a_signal_saves_one_checkpoint_and_exits_128_plus_its_number(tmp_path, s
     ckpt = flow.load(str(out / "checkpoint.safetensors"))
     assert ckpt["global_step"] >= 45 and ckpt["config"]["epochs"] == 500
     assert not [f for f in os.listdir(out) if ".tmp" in f]
-    summary = train(tmp_path, "--resume", str(out / "checkpoint.safetensors"), "--max-steps",
-                    str(ckpt["global_step"] + 3))
+    summary = train(
+        tmp_path, "--resume", str(out / "checkpoint.safetensors"), "--max-steps", str(ckpt["global_step"] + 3)
+    )
     assert summary["steps"] == ckpt["global_step"] + 3
 
 
 def test_char_gpt_learns_below_the_unigram_entropy(tmp_path, capsys):
     """A short run of the character GPT on the CPython docs beats a model without context by far."""
     h = unigram_entropy(load_cpython_docs().train.ids)
-    summary = train(tmp_path, "gpt2-char", "--dataset", "cpython-docs", "--max-steps", "120", "--model-arg",
-                    "n_layer=2", "--model-arg", "n_embd=64", "--model-arg", "block_size=64", "--sample",
-                    "--sample-length", "40", "--prompt", "The ")
+    summary = train(
+        tmp_path,
+        "gpt2-char",
+        "--dataset",
+        "cpython-docs",
+        "--max-steps",
+        "120",
+        "--model-arg",
+        "n_layer=2",
+        "--model-arg",
+        "n_embd=64",
+        "--model-arg",
+        "block_size=64",
+        "--sample",
+        "--sample-length",
+        "40",
+        "--prompt",
+        "The ",
+    )
     loss = summary["test"]["loss"]
     print(f"char-gpt: test loss {loss:.3f} nats/char vs unigram entropy {h:.3f}")
     assert loss < h - 0.5

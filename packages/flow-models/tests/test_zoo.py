@@ -19,8 +19,19 @@ from flow.plugins import hookimpl
 from flow_models import registry as zoo
 
 FAMILIES = {
-    "vision": {"lenet", "lenet-mnist", "resnet18", "resnet34", "resnet50", "resnet18-cifar", "vgg11", "vgg11-bn",
-               "mobilenet-v2", "vit-tiny", "vit-small"},
+    "vision": {
+        "lenet",
+        "lenet-mnist",
+        "resnet18",
+        "resnet34",
+        "resnet50",
+        "resnet18-cifar",
+        "vgg11",
+        "vgg11-bn",
+        "mobilenet-v2",
+        "vit-tiny",
+        "vit-small",
+    },
     "nlp": {"gpt2", "gpt2-char", "bert-base", "bert-base-mlm", "bert-base-cls", "bert-tiny"},
     "recsys": {"wide-deep", "dlrm", "dlrm-small"},
     "speech": {"m5", "crnn-ctc"},
@@ -106,8 +117,9 @@ def _third_party(register):
 
 def test_a_third_party_plugin_adds_models_and_datasets_through_the_hook():
     def register(registry):
-        registry.register_model("toy", Toy, ToyConfig, family="toys", doc="A toy model for the registry test.",
-                                defaults={"width": 5})
+        registry.register_model(
+            "toy", Toy, ToyConfig, family="toys", doc="A toy model for the registry test.", defaults={"width": 5}
+        )
         registry.register_dataset("toy-data", lambda n=3: list(range(n)), family="toys", doc="Three numbers.")
 
     flow.plugins.register(_third_party(register), name="toy_zoo")
@@ -158,13 +170,16 @@ def test_override_replaces_a_model_and_unregistering_gives_it_back():
 
 @pytest.mark.parametrize("env", [{"FLOW_PLUGINS": "flow-core"}, {"FLOW_DISABLE_PLUGIN_AUTOLOAD": "1"}])
 def test_the_zoo_works_when_flow_skipped_its_plugin(env):
-    code = ("import flow_models, flow.plugins; "
-            "info = {i.name: i for i in flow.plugins.list_plugins()}['models']; "
-            "print(info.loaded, flow_models.model_info('resnet18').plugin, "
-            "flow_models.create('lenet').num_parameters())")
+    code = (
+        "import flow_models, flow.plugins; "
+        "info = {i.name: i for i in flow.plugins.list_plugins()}['models']; "
+        "print(info.loaded, flow_models.model_info('resnet18').plugin, "
+        "flow_models.create('lenet').num_parameters())"
+    )
     run_env = {k: v for k, v in os.environ.items() if k not in ("FLOW_PLUGINS", "FLOW_DISABLE_PLUGIN_AUTOLOAD")}
-    proc = subprocess.run([sys.executable, "-c", code], env={**run_env, **env}, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={**run_env, **env}, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "models", "21386"]
 
@@ -214,8 +229,13 @@ REFERENCE_COUNTS = {
     "mobilenet-v2": 3_504_872,
     "vit-tiny": 5_717_416,
     "vit-small": 22_050_664,
-    "dlrm": 8 * 100_000 * 64 + (13 * 512 + 512) + (512 * 256 + 256) + (256 * 64 + 64)
-    + ((64 + 36) * 512 + 512) + (512 * 256 + 256) + (256 + 1),
+    "dlrm": 8 * 100_000 * 64
+    + (13 * 512 + 512)
+    + (512 * 256 + 256)
+    + (256 * 64 + 64)
+    + ((64 + 36) * 512 + 512)
+    + (512 * 256 + 256)
+    + (256 + 1),
 }
 
 
@@ -310,31 +330,81 @@ SMALL = {
     "vgg11-bn": ({"hidden": 32, "pool_size": 2, "num_classes": 10}, *_images(2, 3, 32), (2, 10)),
     "mobilenet-v2": ({"width_mult": 0.25, "num_classes": 10}, *_images(2, 3, 32), (2, 10)),
     "vit-tiny": ({"image_size": 32, "patch_size": 8, "depth": 2, "num_classes": 10}, *_images(2, 3, 32), (2, 10)),
-    "vit-small": ({"image_size": 16, "patch_size": 4, "depth": 1, "embed_dim": 48, "num_classes": 10},
-                  *_images(2, 3, 16), (2, 10)),
-    "gpt2": ({"vocab_size": 50, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32},
-             lambda: (flow.randint(0, 50, (2, 12)),), lambda: flow.randint(0, 50, (2, 12)), (2, 12, 50)),
-    "gpt2-char": ({"n_layer": 1, "n_embd": 32, "n_head": 2},
-                  lambda: (flow.randint(0, 65, (2, 16)),), lambda: flow.randint(0, 65, (2, 16)), (2, 16, 65)),
-    "bert-base-mlm": ({"vocab_size": 60, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                       "intermediate_size": 64},
-                      lambda: (flow.randint(1, 60, (2, 10)), flow.ones(2, 10, dtype=flow.int64)),
-                      lambda: flow.where(flow.rand(2, 10) < 0.3, flow.randint(0, 60, (2, 10)),
-                                         flow.full((2, 10), -100, dtype=flow.int64)), (2, 10, 60)),
-    "bert-base-cls": ({"vocab_size": 60, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                       "intermediate_size": 64, "num_labels": 3},
-                      lambda: (flow.randint(1, 60, (2, 10)),), lambda: flow.randint(0, 3, (2,)), (2, 3)),
-    "bert-tiny": ({"head": "cls", "vocab_size": 60, "num_hidden_layers": 1},
-                  lambda: (flow.randint(1, 60, (2, 10)),), lambda: flow.randint(0, 2, (2,)), (2, 2)),
-    "wide-deep": ({"table_sizes": (50, 20, 30), "embedding_dim": 8, "hidden": (16, 8)},
-                  lambda: (flow.randn(4, 13), flow.randint(0, 20, (4, 3))), lambda: flow.randint(0, 2, (4,)), (4, 1)),
-    "dlrm": ({"table_sizes": (50, 20, 30), "embedding_dim": 8, "bottom_mlp": (16, 8), "top_mlp": (16, 1)},
-             lambda: (flow.randn(4, 13), flow.randint(0, 20, (4, 3, 2))), lambda: flow.randint(0, 2, (4,)), (4, 1)),
-    "dlrm-small": ({}, lambda: (flow.randn(4, 13), flow.randint(0, 1000, (4, 8))), lambda: flow.randint(0, 2, (4,)),
-                   (4, 1)),
+    "vit-small": (
+        {"image_size": 16, "patch_size": 4, "depth": 1, "embed_dim": 48, "num_classes": 10},
+        *_images(2, 3, 16),
+        (2, 10),
+    ),
+    "gpt2": (
+        {"vocab_size": 50, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32},
+        lambda: (flow.randint(0, 50, (2, 12)),),
+        lambda: flow.randint(0, 50, (2, 12)),
+        (2, 12, 50),
+    ),
+    "gpt2-char": (
+        {"n_layer": 1, "n_embd": 32, "n_head": 2},
+        lambda: (flow.randint(0, 65, (2, 16)),),
+        lambda: flow.randint(0, 65, (2, 16)),
+        (2, 16, 65),
+    ),
+    "bert-base-mlm": (
+        {
+            "vocab_size": 60,
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+        },
+        lambda: (flow.randint(1, 60, (2, 10)), flow.ones(2, 10, dtype=flow.int64)),
+        lambda: flow.where(
+            flow.rand(2, 10) < 0.3, flow.randint(0, 60, (2, 10)), flow.full((2, 10), -100, dtype=flow.int64)
+        ),
+        (2, 10, 60),
+    ),
+    "bert-base-cls": (
+        {
+            "vocab_size": 60,
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "num_labels": 3,
+        },
+        lambda: (flow.randint(1, 60, (2, 10)),),
+        lambda: flow.randint(0, 3, (2,)),
+        (2, 3),
+    ),
+    "bert-tiny": (
+        {"head": "cls", "vocab_size": 60, "num_hidden_layers": 1},
+        lambda: (flow.randint(1, 60, (2, 10)),),
+        lambda: flow.randint(0, 2, (2,)),
+        (2, 2),
+    ),
+    "wide-deep": (
+        {"table_sizes": (50, 20, 30), "embedding_dim": 8, "hidden": (16, 8)},
+        lambda: (flow.randn(4, 13), flow.randint(0, 20, (4, 3))),
+        lambda: flow.randint(0, 2, (4,)),
+        (4, 1),
+    ),
+    "dlrm": (
+        {"table_sizes": (50, 20, 30), "embedding_dim": 8, "bottom_mlp": (16, 8), "top_mlp": (16, 1)},
+        lambda: (flow.randn(4, 13), flow.randint(0, 20, (4, 3, 2))),
+        lambda: flow.randint(0, 2, (4,)),
+        (4, 1),
+    ),
+    "dlrm-small": (
+        {},
+        lambda: (flow.randn(4, 13), flow.randint(0, 1000, (4, 8))),
+        lambda: flow.randint(0, 2, (4,)),
+        (4, 1),
+    ),
     "m5": ({"num_classes": 10}, lambda: (flow.randn(2, 1, 8000),), lambda: flow.randint(0, 10, (2,)), (2, 10)),
-    "crnn-ctc": ({"n_features": 16, "conv_channels": (16, 16), "rnn_hidden": 16, "rnn_layers": 2},
-                 lambda: (flow.randn(2, 16, 40),), lambda: flow.randint(1, 29, (2, 4)), (2, 10, 29)),
+    "crnn-ctc": (
+        {"n_features": 16, "conv_channels": (16, 16), "rnn_hidden": 16, "rnn_layers": 2},
+        lambda: (flow.randn(2, 16, 40),),
+        lambda: flow.randint(1, 29, (2, 4)),
+        (2, 10, 29),
+    ),
 }
 
 
@@ -406,7 +476,7 @@ def test_dlrm_dot_interaction_matches_numpy():
     model = flow_models.create("dlrm", table_sizes=(10, 10, 10), embedding_dim=4, bottom_mlp=(4,), top_mlp=(1,))
     dense, sparse = flow.randn(2, 13), flow.randint(0, 10, (2, 3))
     x = model.bot_l(dense)
-    embs = [t(sparse[:, i:i + 1]) for i, t in enumerate(model.emb_l)]
+    embs = [t(sparse[:, i : i + 1]) for i, t in enumerate(model.emb_l)]
     got = model.interact(x, embs).detach().numpy()
     feats = np.stack([x.detach().numpy()] + [e.detach().numpy() for e in embs], axis=1)
     z = feats @ feats.transpose(0, 2, 1)
@@ -414,8 +484,9 @@ def test_dlrm_dot_interaction_matches_numpy():
     np.testing.assert_allclose(got, np.stack(want), rtol=1e-5, atol=1e-6)
     # ids given per table as (indices, offsets) bags give the same as a (B, tables) id tensor
     per_table = [(sparse[:, i].contiguous(), flow.tensor([0, 1])) for i in range(3)]
-    np.testing.assert_allclose(model(dense, per_table).detach().numpy(), model(dense, sparse).detach().numpy(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        model(dense, per_table).detach().numpy(), model(dense, sparse).detach().numpy(), rtol=1e-6
+    )
 
 
 def test_crnn_ctc_lengths_and_greedy_decode():
@@ -450,4 +521,3 @@ def test_models_are_zoo_models_with_num_parameters():
         assert isinstance(model, flow_models.ZooModel)
         assert model.num_parameters() == sum(int(np.prod(p.shape)) for p in model.parameters())
         assert model.num_parameters(trainable_only=True) == model.num_parameters()
-

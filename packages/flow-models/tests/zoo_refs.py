@@ -10,18 +10,29 @@ import numpy as np
 
 
 def _bn(prefix: str, c: int) -> dict:
-    return {f"{prefix}.weight": (c,), f"{prefix}.bias": (c,), f"{prefix}.running_mean": (c,),
-            f"{prefix}.running_var": (c,), f"{prefix}.num_batches_tracked": ()}
+    return {
+        f"{prefix}.weight": (c,),
+        f"{prefix}.bias": (c,),
+        f"{prefix}.running_mean": (c,),
+        f"{prefix}.running_var": (c,),
+        f"{prefix}.num_batches_tracked": (),
+    }
 
 
-def torchvision_resnet_shapes(block: str = "basic", layers=(2, 2, 2, 2), num_classes: int = 1000, width: int = 64,
-                              in_channels: int = 3, stem_kernel: int = 7) -> dict:
+def torchvision_resnet_shapes(
+    block: str = "basic",
+    layers=(2, 2, 2, 2),
+    num_classes: int = 1000,
+    width: int = 64,
+    in_channels: int = 3,
+    stem_kernel: int = 7,
+) -> dict:
     """torchvision.models.ResNet(...).state_dict() names -> shapes."""
     exp = 1 if block == "basic" else 4
     s = {"conv1.weight": (width, in_channels, stem_kernel, stem_kernel), **_bn("bn1", width)}
     cin = width
     for li, n in enumerate(layers):
-        planes = width * 2 ** li
+        planes = width * 2**li
         for b in range(n):
             p = f"layer{li + 1}.{b}"
             if block == "basic":
@@ -45,19 +56,36 @@ def torchvision_resnet_shapes(block: str = "basic", layers=(2, 2, 2, 2), num_cla
     return s
 
 
-def hf_gpt2_shapes(vocab: int = 50257, n_positions: int = 1024, n_layer: int = 12, d: int = 768, prefix: str = "",
-                   buffers: bool = True, lm_head: bool = False) -> dict:
+def hf_gpt2_shapes(
+    vocab: int = 50257,
+    n_positions: int = 1024,
+    n_layer: int = 12,
+    d: int = 768,
+    prefix: str = "",
+    buffers: bool = True,
+    lm_head: bool = False,
+) -> dict:
     """transformers.GPT2Model (prefix "") / GPT2LMHeadModel (prefix "transformer.") names -> shapes
     (Conv1D weights are (in, out))."""
     s = {f"{prefix}wte.weight": (vocab, d), f"{prefix}wpe.weight": (n_positions, d)}
     for i in range(n_layer):
         p = f"{prefix}h.{i}"
-        s.update({f"{p}.ln_1.weight": (d,), f"{p}.ln_1.bias": (d,),
-                  f"{p}.attn.c_attn.weight": (d, 3 * d), f"{p}.attn.c_attn.bias": (3 * d,),
-                  f"{p}.attn.c_proj.weight": (d, d), f"{p}.attn.c_proj.bias": (d,),
-                  f"{p}.ln_2.weight": (d,), f"{p}.ln_2.bias": (d,),
-                  f"{p}.mlp.c_fc.weight": (d, 4 * d), f"{p}.mlp.c_fc.bias": (4 * d,),
-                  f"{p}.mlp.c_proj.weight": (4 * d, d), f"{p}.mlp.c_proj.bias": (d,)})
+        s.update(
+            {
+                f"{p}.ln_1.weight": (d,),
+                f"{p}.ln_1.bias": (d,),
+                f"{p}.attn.c_attn.weight": (d, 3 * d),
+                f"{p}.attn.c_attn.bias": (3 * d,),
+                f"{p}.attn.c_proj.weight": (d, d),
+                f"{p}.attn.c_proj.bias": (d,),
+                f"{p}.ln_2.weight": (d,),
+                f"{p}.ln_2.bias": (d,),
+                f"{p}.mlp.c_fc.weight": (d, 4 * d),
+                f"{p}.mlp.c_fc.bias": (4 * d,),
+                f"{p}.mlp.c_proj.weight": (4 * d, d),
+                f"{p}.mlp.c_proj.bias": (d,),
+            }
+        )
         if buffers:
             s[f"{p}.attn.bias"] = (1, 1, n_positions, n_positions)
     s[f"{prefix}ln_f.weight"] = (d,)
@@ -67,10 +95,21 @@ def hf_gpt2_shapes(vocab: int = 50257, n_positions: int = 1024, n_layer: int = 1
     return s
 
 
-def hf_bert_shapes(vocab: int = 30522, hidden: int = 768, layers: int = 12, intermediate: int = 3072,
-                   max_positions: int = 512, type_vocab: int = 2, prefix: str = "bert.", pooler: bool = True,
-                   mlm: bool = False, nsp: bool = False, num_labels: int = 0, old_layer_norm: bool = False,
-                   position_ids: bool = False) -> dict:
+def hf_bert_shapes(
+    vocab: int = 30522,
+    hidden: int = 768,
+    layers: int = 12,
+    intermediate: int = 3072,
+    max_positions: int = 512,
+    type_vocab: int = 2,
+    prefix: str = "bert.",
+    pooler: bool = True,
+    mlm: bool = False,
+    nsp: bool = False,
+    num_labels: int = 0,
+    old_layer_norm: bool = False,
+    position_ids: bool = False,
+) -> dict:
     """transformers BertModel (prefix "") / BertForPreTraining etc. (prefix "bert.") names -> shapes."""
     w, b = ("gamma", "beta") if old_layer_norm else ("weight", "bias")
     h = hidden
@@ -82,8 +121,12 @@ def hf_bert_shapes(vocab: int = 30522, hidden: int = 768, layers: int = 12, inte
         return {f"{p}.weight": (o, i), f"{p}.bias": (o,)}
 
     e = f"{prefix}embeddings"
-    s = {f"{e}.word_embeddings.weight": (vocab, h), f"{e}.position_embeddings.weight": (max_positions, h),
-         f"{e}.token_type_embeddings.weight": (type_vocab, h), **ln(e)}
+    s = {
+        f"{e}.word_embeddings.weight": (vocab, h),
+        f"{e}.position_embeddings.weight": (max_positions, h),
+        f"{e}.token_type_embeddings.weight": (type_vocab, h),
+        **ln(e),
+    }
     if position_ids:
         s[f"{e}.position_ids"] = (1, max_positions)
     for i in range(layers):

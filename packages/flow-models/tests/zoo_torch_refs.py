@@ -17,8 +17,9 @@ def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2 + (1.0 if name.endswith(("bn1.weight", "bn2.weight"))
-                                                                 else 0.0))
+            p.copy_(
+                torch.randn(p.shape, generator=g) * 0.2 + (1.0 if name.endswith(("bn1.weight", "bn2.weight")) else 0.0)
+            )
         for name, b in module.named_buffers():
             if name.endswith("running_mean"):
                 b.copy_(torch.randn(b.shape, generator=g) * 0.1)
@@ -95,8 +96,10 @@ class ResNet(nn.Module):
     def _make_layer(self, block, planes, blocks, stride=1):
         down = None
         if stride != 1 or self.inplanes != planes * block.expansion:
-            down = nn.Sequential(nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
-                                 nn.BatchNorm2d(planes * block.expansion))
+            down = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
+                nn.BatchNorm2d(planes * block.expansion),
+            )
         layers = [block(self.inplanes, planes, stride, down)]
         self.inplanes = planes * block.expansion
         layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
@@ -238,8 +241,11 @@ class BertModel(nn.Module):
 
     def forward(self, ids, attention_mask, token_type_ids):
         e = self.embeddings
-        x = e.word_embeddings(ids) + e.position_embeddings(torch.arange(ids.shape[1])) + \
-            e.token_type_embeddings(token_type_ids)
+        x = (
+            e.word_embeddings(ids)
+            + e.position_embeddings(torch.arange(ids.shape[1]))
+            + e.token_type_embeddings(token_type_ids)
+        )
         x = e.LayerNorm(x)
         mask = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
         for layer in self.encoder.layer:

@@ -78,8 +78,20 @@ from flow.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad,
 from flow.ops.conversion import clone, contiguous  # noqa: E402
 
 # The functional API: every public name (``__all__``) of these op modules is a flow.* function.
-_PUBLIC_OP_MODULES = ("arith", "compare", "unary", "clamp_where", "reduction", "sorting", "movement", "shape_ops",
-                      "indexing", "linalg", "reduction_minmax", "reduction_stats")
+_PUBLIC_OP_MODULES = (
+    "arith",
+    "compare",
+    "unary",
+    "clamp_where",
+    "reduction",
+    "sorting",
+    "movement",
+    "shape_ops",
+    "indexing",
+    "linalg",
+    "reduction_minmax",
+    "reduction_stats",
+)
 _PUBLIC_OP_MODULES += ("views", "subscript", "padding")
 
 

@@ -28,15 +28,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flow", description="flow command-line tools")
     sub = p.add_subparsers(dest="command", metavar="command")
     sub.required = True
-    pl = sub.add_parser("plugins", help="list the plugins found and what each registered",
-                        description="List every flow plugin found (entry-point group 'flow.plugins' and the "
-                                    "built-ins), loaded or skipped, with its distribution and what it registered.")
+    pl = sub.add_parser(
+        "plugins",
+        help="list the plugins found and what each registered",
+        description="List every flow plugin found (entry-point group 'flow.plugins' and the "
+        "built-ins), loaded or skipped, with its distribution and what it registered.",
+    )
     pl.add_argument("--json", action="store_true", help="print JSON instead of text")
     pl.add_argument("-v", "--verbose", action="store_true", help="show every registration (no shortening)")
-    op = sub.add_parser("op", help="show every facet of one op",
-                        description="Show an op's schema, meta rule, gradient, kernels per device type and dtype "
-                                    "(and what they override), out-variants, fusion lowering, rule-table entries "
-                                    "and Python bindings, with file:line and the plugin that registered each.")
+    op = sub.add_parser(
+        "op",
+        help="show every facet of one op",
+        description="Show an op's schema, meta rule, gradient, kernels per device type and dtype "
+        "(and what they override), out-variants, fusion lowering, rule-table entries "
+        "and Python bindings, with file:line and the plugin that registered each.",
+    )
     op.add_argument("name", help="the op's registered name (python -m flow plugins -v lists them)")
     op.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p

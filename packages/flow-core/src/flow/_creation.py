@@ -16,9 +16,31 @@ from flow._tensor import Tensor
 from flow.errors import OpError, OpMemoryError, OpTypeError
 
 __all__ = [
-    "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace",
-    "eye", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint", "randperm",
-    "rand_like", "randn_like", "randint_like", "normal", "bernoulli", "multinomial",
+    "tensor",
+    "as_tensor",
+    "from_numpy",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "arange",
+    "linspace",
+    "logspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "normal",
+    "bernoulli",
+    "multinomial",
 ]
 
 
@@ -347,8 +369,7 @@ def randint_like(input: Tensor, low, high=None, *, dtype=None, device=None) -> T
     return randint(low, high, tuple(input.shape), dtype=dt, device=dev)
 
 
-def normal(mean=0.0, std=1.0, size: Sequence[int] | None = None, *, generator=None, dtype=None,
-           device=None) -> Tensor:
+def normal(mean=0.0, std=1.0, size: Sequence[int] | None = None, *, generator=None, dtype=None, device=None) -> Tensor:
     """Normal samples; ``mean``/``std`` may be tensors (broadcast) or numbers with ``size``."""
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
         ref = mean if isinstance(mean, Tensor) else std
@@ -384,8 +405,10 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
         if s <= 0:
             raise OpError("multinomial", "each row must have a positive sum")
         if not replacement and num_samples > np.count_nonzero(r):
-            raise OpError("multinomial", f"cannot draw {num_samples} samples without replacement from "
-                                         f"{np.count_nonzero(r)} nonzero weights")
+            raise OpError(
+                "multinomial",
+                f"cannot draw {num_samples} samples without replacement from {np.count_nonzero(r)} nonzero weights",
+            )
         out.append(rng.choice(len(r), size=num_samples, replace=replacement, p=r / s))
     a = np.stack(out).astype(np.int64).reshape(w.shape[:-1] + (num_samples,))
     return _finish(a, D.int64, input.device, False)

@@ -30,6 +30,7 @@ _dtype_of = _NP_TO_DTYPE.get
 _ndarray = np.ndarray
 _asarray = np.asarray
 
+
 # The active eager interceptors are per thread (as PyTorch's modes are): tracing a graph or an
 # autocast region in one thread must not capture another thread's ops. ``_ACTIVE[0]`` counts the
 # active interceptors of all threads, so with none anywhere the hot path pays one truth test.
@@ -184,7 +185,8 @@ def execute(op, inputs: tuple, attrs: dict):
         a0 = first._data
         a1 = b._data
         if (a0.__class__ is not _ndarray or a1.__class__ is not _ndarray) and (
-                a0.__class__ in _KINDS or a1.__class__ in _KINDS):
+            a0.__class__ in _KINDS or a1.__class__ in _KINDS
+        ):
             r = _to_kinds(op, inputs, attrs)
             if r is not NotImplemented:
                 return r
@@ -325,8 +327,9 @@ def _gather(op, inputs: tuple, em: bool):
             seq = []
             for t in x:
                 if not isinstance(t, Tensor):
-                    raise OpTypeError(op.name, f"expected a sequence of Tensors, got an element of type "
-                                               f"{type(t).__name__}")
+                    raise OpTypeError(
+                        op.name, f"expected a sequence of Tensors, got an element of type {type(t).__name__}"
+                    )
                 a = t._data
                 if a.__class__ is not _ndarray and a.__class__ in _KINDS:
                     kinds = True
@@ -363,8 +366,10 @@ def _wrap(a, dev, op=None):
         t.dtype = _NP_TO_DTYPE[a.dtype]
     except (KeyError, TypeError, AttributeError):
         name = op.name if op is not None else "kernel"
-        raise OpTypeError(name, f"the kernel returned {type(a).__name__} of dtype "
-                                f"{getattr(a, 'dtype', None)}, which is not a flow dtype") from None
+        raise OpTypeError(
+            name,
+            f"the kernel returned {type(a).__name__} of dtype {getattr(a, 'dtype', None)}, which is not a flow dtype",
+        ) from None
     t.device = dev
     t._requires_grad = False
     t.grad = None
@@ -444,8 +449,12 @@ _SCALARS = (int, float, bool)
 def binary(handle, a, b, promote_to_float: bool = False):
     """Call a binary elementwise op with PyTorch's promotion of tensors and scalars."""
     op = handle.opdef or handle.resolve()
-    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype is b.dtype
-            and (not promote_to_float or a.dtype.category == 2)):
+    if (
+        isinstance(a, Tensor)
+        and isinstance(b, Tensor)
+        and a.dtype is b.dtype
+        and (not promote_to_float or a.dtype.category == 2)
+    ):
         inputs = (a, b)
     else:
         inputs = _promote_pair(op, a, b, promote_to_float)
@@ -522,4 +531,3 @@ def _cast(t, dt):
 
 
 _CAST_HANDLE: list = [None]
-

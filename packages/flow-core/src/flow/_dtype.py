@@ -76,8 +76,7 @@ ALL_DTYPES = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32
 FLOAT_DTYPES = (float16, bfloat16, float32, float64)
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 _BY_NAME.update(
-    {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32,
-     "short": int16, "bool_": bool}
+    {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32, "short": int16, "bool_": bool}
 )
 # NumPy dtype -> flow dtype; the dispatcher uses this to type kernel outputs.
 NP_TO_DTYPE: dict = {d.np: d for d in ALL_DTYPES}

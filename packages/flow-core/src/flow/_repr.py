@@ -20,6 +20,7 @@ def _float_formatter(a: np.ndarray):
     """One fixed format for every element, padded to a common width (as PyTorch prints)."""
     finite = a[np.isfinite(a)]
     if finite.size and np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8:
+
         def fmt(v):
             return f"{v:.0f}." if np.isfinite(v) else str(v)
     else:
@@ -69,11 +70,17 @@ def tensor_repr(t) -> str:
             if a.ndim != 1:
                 extras.append(f"size={tuple(t.shape)}")
         elif t.dtype.is_floating_point:
-            body = np.array2string(a, separator=", ", prefix=prefix, formatter=_float_formatter(a),
-                                   threshold=1000, edgeitems=3, max_line_width=80)
+            body = np.array2string(
+                a,
+                separator=", ",
+                prefix=prefix,
+                formatter=_float_formatter(a),
+                threshold=1000,
+                edgeitems=3,
+                max_line_width=80,
+            )
         else:
-            body = np.array2string(a, separator=", ", prefix=prefix, threshold=1000, edgeitems=3,
-                                   max_line_width=80)
+            body = np.array2string(a, separator=", ", prefix=prefix, threshold=1000, edgeitems=3, max_line_width=80)
     if t.device.type != "cpu":
         extras.append(f"device='{t.device}'")
     if t.dtype not in (D._default_dtype, D.int64, D.bool) or (t.dtype is D.int64 and a is not None and a.size == 0):

@@ -168,8 +168,9 @@ class Tensor(
         st = getattr(self._data, "strides", None)
         if st is None:
             if self._data.__class__ in _KINDS:
-                raise RuntimeError(f"stride: tensors whose data is a {type(self._data).__name__} (an array kind) "
-                                   "have no strides")
+                raise RuntimeError(
+                    f"stride: tensors whose data is a {type(self._data).__name__} (an array kind) have no strides"
+                )
             raise RuntimeError(f"stride: tensors on device '{self.device}' have no strides")
         st = tuple(s // self.dtype.itemsize for s in st)
         return st if dim is None else st[_wrap_dim(dim, self.ndim, "stride")]
@@ -191,9 +192,7 @@ class Tensor(
     def __bool__(self) -> bool:
         n = self.numel()
         if n != 1:
-            raise RuntimeError(
-                f"Boolean value of a tensor with {n} elements is ambiguous; use .any() or .all()"
-            )
+            raise RuntimeError(f"Boolean value of a tensor with {n} elements is ambiguous; use .any() or .all()")
         return bool(self.item())
 
     def __float__(self) -> float:
@@ -269,8 +268,10 @@ def _kind_host(a) -> np.ndarray:
     if getattr(type(a), "__array__", None) is None:
         from flow.errors import FlowError
 
-        raise FlowError(f"tensors whose data is a {type(a).__name__} (an array kind) have no host value: "
-                        f"the class defines no __array__()")
+        raise FlowError(
+            f"tensors whose data is a {type(a).__name__} (an array kind) have no host value: "
+            f"the class defines no __array__()"
+        )
     return np.asarray(a)
 
 
@@ -290,4 +291,3 @@ def wrap_dim(dim: int, ndim: int, op: str) -> int:
     if 0 <= dim < ndim:
         return dim
     return _wrap_dim(dim, ndim, op)
-

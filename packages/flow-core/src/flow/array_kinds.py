@@ -56,8 +56,16 @@ from flow._device import CPU
 from flow._device import device as _device
 from flow._kinds import KINDS
 
-__all__ = ["register_array_kind", "unregister_array_kind", "registered_array_kinds", "handler_for",
-           "is_kind_array", "wrap", "run_kernel", "record"]
+__all__ = [
+    "register_array_kind",
+    "unregister_array_kind",
+    "registered_array_kinds",
+    "handler_for",
+    "is_kind_array",
+    "wrap",
+    "run_kernel",
+    "record",
+]
 
 # The dispatcher reads this very dict (``flow._kinds.KINDS``): a lookup of ``type(array)`` there is
 # all an op pays, and only when one of its input arrays is not a plain NumPy array.

@@ -48,8 +48,17 @@ from flow._serialization.structure import MAX_DEPTH, Decoder, Encoder
 from flow._tensor import Tensor
 from flow.errors import OpError, OpTypeError
 
-__all__ = ["save", "load", "CheckpointError", "CheckpointOSError", "CheckpointFileNotFoundError",
-           "CheckpointPermissionError", "CheckpointIsADirectoryError", "CheckpointNotADirectoryError", "MAX_DEPTH"]
+__all__ = [
+    "save",
+    "load",
+    "CheckpointError",
+    "CheckpointOSError",
+    "CheckpointFileNotFoundError",
+    "CheckpointPermissionError",
+    "CheckpointIsADirectoryError",
+    "CheckpointNotADirectoryError",
+    "MAX_DEPTH",
+]
 
 STRUCTURE_KEY = "flow.structure"
 FORMAT_VERSION = 2
@@ -63,8 +72,10 @@ def _encode(obj, metadata: dict | None) -> tuple[list, dict]:
         root = enc.encode(obj)
         text = json.dumps({"version": FORMAT_VERSION, "root": root}, separators=(",", ":"), allow_nan=False)
     except RecursionError:
-        raise CheckpointError(f"flow.save: the object is nested too deeply for Python's recursion limit "
-                              f"(checkpoints may nest at most {MAX_DEPTH} levels)") from None
+        raise CheckpointError(
+            f"flow.save: the object is nested too deeply for Python's recursion limit "
+            f"(checkpoints may nest at most {MAX_DEPTH} levels)"
+        ) from None
     except ValueError as e:  # an int too large for Python to write as text
         raise CheckpointError(f"flow.save: cannot write the structure as JSON: {e}") from None
     meta = {"format": "flow", STRUCTURE_KEY: text}
@@ -125,8 +136,10 @@ class _Placer:
             self.mapping = {}
             for k, v in ml.items():
                 if not isinstance(k, (str, _device)) or not isinstance(v, (str, _device)):
-                    raise OpTypeError("flow.load", f"map_location as a dict maps saved device names to devices, got "
-                                      f"{k!r:.40}: {v!r:.40}")
+                    raise OpTypeError(
+                        "flow.load",
+                        f"map_location as a dict maps saved device names to devices, got {k!r:.40}: {v!r:.40}",
+                    )
                 try:
                     saved = str(_device(k))  # a device the file names, which need not be installed here
                 except (TypeError, ValueError) as e:
@@ -135,8 +148,11 @@ class _Placer:
         elif callable(ml):
             self.fn = ml
         else:
-            raise OpTypeError("flow.load", "map_location must be None, a device (or its name), a dict of device "
-                              f"names, or a callable (tensor, saved_device) -> Tensor; got {type(ml).__name__}")
+            raise OpTypeError(
+                "flow.load",
+                "map_location must be None, a device (or its name), a dict of device "
+                f"names, or a callable (tensor, saved_device) -> Tensor; got {type(ml).__name__}",
+            )
 
     @staticmethod
     def _device(d, what: str):
@@ -147,16 +163,21 @@ class _Placer:
         from flow.registry import REGISTRY
 
         if dev.type not in REGISTRY.device_types:
-            raise OpError("flow.load", f"{what} names device type '{dev.type}', which no installed plugin provides "
-                          f"(installed: {', '.join(sorted(REGISTRY.device_types))})")
+            raise OpError(
+                "flow.load",
+                f"{what} names device type '{dev.type}', which no installed plugin provides "
+                f"(installed: {', '.join(sorted(REGISTRY.device_types))})",
+            )
         return dev
 
     def __call__(self, t: Tensor, key: str, saved: str) -> Tensor:
         if self.fn is not None:
             out = self.fn(t, saved)
             if not isinstance(out, Tensor):
-                raise OpTypeError("flow.load", f"map_location returned {type(out).__name__} for tensor '{key}'; it "
-                                  "must return a Tensor")
+                raise OpTypeError(
+                    "flow.load",
+                    f"map_location returned {type(out).__name__} for tensor '{key}'; it must return a Tensor",
+                )
             return out
         if self.target is not None:
             target = self.target
@@ -170,8 +191,9 @@ class _Placer:
         try:
             return t.to(target)
         except Exception as e:
-            raise CheckpointError(f"flow.load: '{self.name}': cannot put tensor '{key}' on {target} ({e}); pass "
-                                  "map_location='cpu'") from None
+            raise CheckpointError(
+                f"flow.load: '{self.name}': cannot put tensor '{key}' on {target} ({e}); pass map_location='cpu'"
+            ) from None
 
 
 def _remaining(f) -> int | None:
@@ -244,8 +266,10 @@ def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None
         return {k: dec.tensor(k, None, None, None) for k in arrays}  # a plain safetensors file
     version, root = _structure(meta, name)
     if verify and not header.checked and (version >= 2 or container.CHECKSUM_KEY in meta):
-        raise CheckpointError(f"flow.load: '{name}' is corrupt: its header checksum is missing or damaged; pass "
-                              "verify=False to try anyway")
+        raise CheckpointError(
+            f"flow.load: '{name}' is corrupt: its header checksum is missing or damaged; pass "
+            "verify=False to try anyway"
+        )
     try:
         return dec.decode(root)
     except RecursionError:
@@ -255,8 +279,10 @@ def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None
 def _structure(meta: dict, name: str) -> tuple[int, object]:
     text = meta.get(STRUCTURE_KEY)
     if text is None:
-        raise CheckpointError(f"flow.load: '{name}' is a flow checkpoint without its structure entry "
-                              f"'{STRUCTURE_KEY}' (a damaged header?)")
+        raise CheckpointError(
+            f"flow.load: '{name}' is a flow checkpoint without its structure entry "
+            f"'{STRUCTURE_KEY}' (a damaged header?)"
+        )
     try:
         structure = json.loads(text)
     except RecursionError:
@@ -264,13 +290,18 @@ def _structure(meta: dict, name: str) -> tuple[int, object]:
     except ValueError as e:
         raise CheckpointError(f"flow.load: '{name}' has a corrupt structure (not valid JSON: {e})") from None
     if not isinstance(structure, dict) or set(structure) != {"version", "root"}:
-        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure: expected an object with 'version' and "
-                              "'root'")
+        raise CheckpointError(
+            f"flow.load: '{name}' has a corrupt structure: expected an object with 'version' and 'root'"
+        )
     version = structure["version"]
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise CheckpointError(f"flow.load: '{name}' has a corrupt structure: the format version is {version!r:.40}, "
-                              "expected a positive int")
+        raise CheckpointError(
+            f"flow.load: '{name}' has a corrupt structure: the format version is {version!r:.40}, "
+            "expected a positive int"
+        )
     if version > FORMAT_VERSION:
-        raise CheckpointError(f"flow.load: '{name}' uses checkpoint format {version}, newer than this flow's "
-                              f"({FORMAT_VERSION}); upgrade flow")
+        raise CheckpointError(
+            f"flow.load: '{name}' uses checkpoint format {version}, newer than this flow's "
+            f"({FORMAT_VERSION}); upgrade flow"
+        )
     return version, structure["root"]

@@ -33,6 +33,15 @@ from flow_models.registry import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "ConfigError", "UnknownNameError", "ZooError", "ZooModel", "create", "dataset_info", "get_config",
-    "get_dataset", "list_datasets", "list_models", "model_info",
+    "ConfigError",
+    "UnknownNameError",
+    "ZooError",
+    "ZooModel",
+    "create",
+    "dataset_info",
+    "get_config",
+    "get_dataset",
+    "list_datasets",
+    "list_models",
+    "model_info",
 ]

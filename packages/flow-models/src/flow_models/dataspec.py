@@ -74,8 +74,9 @@ class DataSpec:
         shape = tuple(self.shape) or (None,) * max(dims)
         object.__setattr__(self, "shape", shape)
         if len(shape) not in dims:
-            raise ValueError(f"DataSpec: a {'/'.join(kinds)} sample has dimensions {INPUT_KINDS[kinds[0]]}, "
-                             f"got shape {shape}")
+            raise ValueError(
+                f"DataSpec: a {'/'.join(kinds)} sample has dimensions {INPUT_KINDS[kinds[0]]}, got shape {shape}"
+            )
         if self.min_shape is not None and len(self.min_shape) != len(shape):
             raise ValueError(f"DataSpec: min_shape {self.min_shape} does not match shape {shape}")
 

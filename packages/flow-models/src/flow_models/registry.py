@@ -25,8 +25,20 @@ from flow.errors import FlowError, PluginError
 from flow_models.dataspec import DataSpec
 
 __all__ = [
-    "ZooModel", "ZooRegistry", "ModelEntry", "DatasetEntry", "ZooError", "UnknownNameError", "ConfigError",
-    "list_models", "list_datasets", "create", "get_config", "get_dataset", "model_info", "dataset_info",
+    "ZooModel",
+    "ZooRegistry",
+    "ModelEntry",
+    "DatasetEntry",
+    "ZooError",
+    "UnknownNameError",
+    "ConfigError",
+    "list_models",
+    "list_datasets",
+    "create",
+    "get_config",
+    "get_dataset",
+    "model_info",
+    "dataset_info",
     "registry",
 ]
 
@@ -86,12 +98,12 @@ class ModelEntry:
         if unknown:
             raise ConfigError(
                 f"model '{self.name}' ({self.config_cls.__name__}) has no config field(s) {unknown}; "
-                f"valid fields are: {', '.join(valid)}")
+                f"valid fields are: {', '.join(valid)}"
+            )
         if config is None:
             config = self.config_cls(**self.defaults)
         elif not isinstance(config, self.config_cls):
-            raise ConfigError(f"model '{self.name}' takes a {self.config_cls.__name__}, "
-                              f"not a {type(config).__name__}")
+            raise ConfigError(f"model '{self.name}' takes a {self.config_cls.__name__}, not a {type(config).__name__}")
         return dataclasses.replace(config, **overrides) if overrides else dataclasses.replace(config)
 
     def input_spec(self, config: Any = None) -> DataSpec | None:
@@ -104,8 +116,7 @@ class ModelEntry:
             return self.consumes
         spec = self.consumes(self.make_config(config))
         if not isinstance(spec, DataSpec):
-            raise ZooError(f"model '{self.name}': its consumes function returned {type(spec).__name__}, "
-                           "not a DataSpec")
+            raise ZooError(f"model '{self.name}': its consumes function returned {type(spec).__name__}, not a DataSpec")
         return spec
 
 
@@ -127,8 +138,9 @@ class DatasetEntry:
             return self.produces
         spec = self.produces(**kwargs)
         if not isinstance(spec, DataSpec):
-            raise ZooError(f"dataset '{self.name}': its produces function returned {type(spec).__name__}, "
-                           "not a DataSpec")
+            raise ZooError(
+                f"dataset '{self.name}': its produces function returned {type(spec).__name__}, not a DataSpec"
+            )
         return spec
 
 
@@ -153,9 +165,18 @@ class ZooRegistry:
         self._lock = threading.RLock()
 
     # -- registration (called from plugins' hooks) -----------------------------------------------
-    def register_model(self, name: str, factory: Callable[[Any], Any], config_cls: type, family: str,
-                       doc: str | None = None, *, defaults: dict | None = None, override: bool = False,
-                       consumes: Callable[[Any], DataSpec] | DataSpec | None = None) -> None:
+    def register_model(
+        self,
+        name: str,
+        factory: Callable[[Any], Any],
+        config_cls: type,
+        family: str,
+        doc: str | None = None,
+        *,
+        defaults: dict | None = None,
+        override: bool = False,
+        consumes: Callable[[Any], DataSpec] | DataSpec | None = None,
+    ) -> None:
         """Register ``factory(config) -> Module`` under ``name``; see :mod:`flow_models.hookspecs`.
 
         ``consumes`` declares what the model takes (a :class:`~flow_models.dataspec.DataSpec`, or a
@@ -170,16 +191,27 @@ class ZooRegistry:
             raise ZooError(f"model '{name}': give a doc string saying what the model is for")
         self._check_new(self._models, "model", name, override)
         _check_spec("model", name, "consumes", consumes)
-        entry = ModelEntry(name, factory, config_cls, family, doc.strip(), dict(defaults or {}), self.current_plugin,
-                           consumes)
+        entry = ModelEntry(
+            name, factory, config_cls, family, doc.strip(), dict(defaults or {}), self.current_plugin, consumes
+        )
         bad = sorted(k for k in entry.defaults if k not in entry.field_names())
         if bad:
-            raise ConfigError(f"model '{name}': defaults name no field(s) {bad} of {config_cls.__name__}; "
-                              f"valid fields are: {', '.join(entry.field_names())}")
+            raise ConfigError(
+                f"model '{name}': defaults name no field(s) {bad} of {config_cls.__name__}; "
+                f"valid fields are: {', '.join(entry.field_names())}"
+            )
         self._models[name] = entry
 
-    def register_dataset(self, name: str, factory: Callable[..., Any], family: str, doc: str | None = None,
-                         *, override: bool = False, produces: Callable[..., DataSpec] | DataSpec | None = None) -> None:
+    def register_dataset(
+        self,
+        name: str,
+        factory: Callable[..., Any],
+        family: str,
+        doc: str | None = None,
+        *,
+        override: bool = False,
+        produces: Callable[..., DataSpec] | DataSpec | None = None,
+    ) -> None:
         """Register ``factory(**kwargs) -> dataset`` under ``name``.
 
         ``produces`` declares what its samples are (a :class:`~flow_models.dataspec.DataSpec`, or a
@@ -196,8 +228,10 @@ class ZooRegistry:
         if not isinstance(name, str) or not name:
             raise ZooError(f"a {kind} name must be a non-empty string, got {name!r}")
         if name in table and not override:
-            raise ZooError(f"{kind} '{name}' is already registered by plugin '{table[name].plugin}'; "
-                           "pass override=True to replace it")
+            raise ZooError(
+                f"{kind} '{name}' is already registered by plugin '{table[name].plugin}'; "
+                "pass override=True to replace it"
+            )
 
     # -- collection from flow's plugin manager -----------------------------------------------------
     def sync(self) -> None:
@@ -254,7 +288,8 @@ class ZooRegistry:
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise UnknownNameError(
                 f"no {kind} named '{name}' is registered.{hint} Registered {kind}s: "
-                f"{', '.join(sorted(table)) or '(none)'}") from None
+                f"{', '.join(sorted(table)) or '(none)'}"
+            ) from None
 
     def models(self, family: str | None = None) -> list[str]:
         self.sync()
@@ -341,8 +376,26 @@ def describe() -> list[dict]:
     """Every model and dataset as plain data (name, kind, family, plugin, first line of its doc, and ``io``:
     the ``task/input`` it takes or gives, '' when undeclared)."""
     _REGISTRY.sync()
-    rows = [{"name": e.name, "kind": "model", "family": e.family, "plugin": e.plugin, "doc": _first_line(e.doc),
-             "io": _short(e.input_spec)} for e in _REGISTRY._models.values()]
-    rows += [{"name": e.name, "kind": "dataset", "family": e.family, "plugin": e.plugin, "doc": _first_line(e.doc),
-              "io": _short(e.output_spec)} for e in _REGISTRY._datasets.values()]
+    rows = [
+        {
+            "name": e.name,
+            "kind": "model",
+            "family": e.family,
+            "plugin": e.plugin,
+            "doc": _first_line(e.doc),
+            "io": _short(e.input_spec),
+        }
+        for e in _REGISTRY._models.values()
+    ]
+    rows += [
+        {
+            "name": e.name,
+            "kind": "dataset",
+            "family": e.family,
+            "plugin": e.plugin,
+            "doc": _first_line(e.doc),
+            "io": _short(e.output_spec),
+        }
+        for e in _REGISTRY._datasets.values()
+    ]
     return sorted(rows, key=lambda r: (r["kind"], r["family"], r["name"]))

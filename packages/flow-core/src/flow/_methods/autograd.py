@@ -13,19 +13,23 @@ def set_requires_grad(t, requires_grad, how: str = "requires_grad") -> None:
     if requires_grad.__class__ is not bool:
         raise AutogradError(f"{how}: expected a bool, got {type(requires_grad).__name__} {requires_grad!r}")
     if t.grad_fn is not None and (not requires_grad or how == "requires_grad"):
-        raise AutogradError(f"{how}: only leaf tensors can change requires_grad; this tensor was computed by an "
-                            "op. Use .detach() for a tensor that does not require grad")
+        raise AutogradError(
+            f"{how}: only leaf tensors can change requires_grad; this tensor was computed by an "
+            "op. Use .detach() for a tensor that does not require grad"
+        )
     if requires_grad and not t.dtype.is_floating_point:
-        raise AutogradError(f"{how}: only floating-point tensors can require gradients, got a tensor of dtype "
-                            f"{t.dtype}")
+        raise AutogradError(
+            f"{how}: only floating-point tensors can require gradients, got a tensor of dtype {t.dtype}"
+        )
     t._requires_grad = requires_grad
 
 
 class AutogradMethods:
     __slots__ = ()
 
-    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
-                 inputs=None) -> None:
+    def backward(
+        self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False, inputs=None
+    ) -> None:
         """Accumulate d(self)/d(leaf) into each leaf's ``.grad`` (see :func:`flow.autograd.backward`)."""
         _autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
 

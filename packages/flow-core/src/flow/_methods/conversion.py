@@ -17,8 +17,11 @@ def _no_data_while_tracing(t, what: str) -> None:
         from flow.graph.symbolic import SymbolicArray
 
         if d.__class__ is SymbolicArray:
-            raise d._error(what, hint="return the tensor from build() and call .numpy() on what the graph call "
-                                      "returns, or compute this part eagerly outside the graph")
+            raise d._error(
+                what,
+                hint="return the tensor from build() and call .numpy() on what the graph call "
+                "returns, or compute this part eagerly outside the graph",
+            )
 
 
 class ConversionMethods:
@@ -33,8 +36,7 @@ class ConversionMethods:
         for a in args:
             if isinstance(a, Tensor):
                 dtype, device = a.dtype, a.device
-            elif isinstance(a, D.dtype) or (not isinstance(a, (str, _device)) and a is not None
-                                             and _maybe_dtype(a)):
+            elif isinstance(a, D.dtype) or (not isinstance(a, (str, _device)) and a is not None and _maybe_dtype(a)):
                 dtype = a
             elif isinstance(a, (str, _device)):
                 if isinstance(a, str) and a.replace("torch.", "").replace("flow.", "") in D._BY_NAME:
@@ -108,10 +110,14 @@ class ConversionMethods:
     def item(self):
         """The single value of a one-element tensor as a Python number."""
         if self._data.size != 1:
-            raise ValueError(f"item(): only one-element tensors can be converted to Python scalars, "
-                             f"got {self._data.size} elements")
-        return self.numpy_host().reshape(()).item() if self.dtype not in (D.bfloat16,) else \
-            float(self.numpy_host().reshape(()).astype("float32"))
+            raise ValueError(
+                f"item(): only one-element tensors can be converted to Python scalars, got {self._data.size} elements"
+            )
+        return (
+            self.numpy_host().reshape(()).item()
+            if self.dtype not in (D.bfloat16,)
+            else float(self.numpy_host().reshape(()).astype("float32"))
+        )
 
     def tolist(self):
         _no_data_while_tracing(self, "tolist()")
@@ -146,8 +152,9 @@ class ConversionMethods:
             src = src.expand(*self.shape)
         from flow.ops.conversion import clone
 
-        return apply_inplace(self, clone(src) if src._requires_grad else src.detach() if not
-                             src._requires_grad else src, "copy_")
+        return apply_inplace(
+            self, clone(src) if src._requires_grad else src.detach() if not src._requires_grad else src, "copy_"
+        )
 
 
 def _maybe_dtype(a) -> bool:

@@ -433,8 +433,9 @@ class ElementwiseMethods:
         except (ValueError, TypeError, OverflowError) as e:
             from flow.errors import OpError
 
-            raise OpError("fill_", f"cannot fill a {self.dtype} tensor on '{self.device}' with {value!r}: "
-                                   f"{e}") from None
+            raise OpError(
+                "fill_", f"cannot fill a {self.dtype} tensor on '{self.device}' with {value!r}: {e}"
+            ) from None
         self._version[0] += 1
         if self.grad_fn is not None:
             from flow.autograd.grad_mode import STATE

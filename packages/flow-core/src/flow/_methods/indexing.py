@@ -84,8 +84,10 @@ class IndexingMethods:
         if broadcast_shapes("masked_fill_", tuple(self.shape), tuple(mask.shape)) != tuple(self.shape):
             from flow.errors import OpError
 
-            raise OpError("masked_fill_", f"mask of shape {tuple(mask.shape)} cannot be broadcast to the tensor's "
-                                          f"shape {tuple(self.shape)}")
+            raise OpError(
+                "masked_fill_",
+                f"mask of shape {tuple(mask.shape)} cannot be broadcast to the tensor's shape {tuple(self.shape)}",
+            )
         return _inplace(self, "masked_fill_", _I.masked_fill, mask, value)
 
     def masked_select(self, mask):
@@ -112,8 +114,9 @@ class IndexingMethods:
 
         shape = tuple(self.shape)
         if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
-            raise OpError("fill_diagonal_", f"needs a 2-d tensor or one whose dims all have the same size, got "
-                                            f"shape {shape}")
+            raise OpError(
+                "fill_diagonal_", f"needs a 2-d tensor or one whose dims all have the same size, got shape {shape}"
+            )
         mask = np.zeros(shape, dtype=bool)
         np.fill_diagonal(mask, True, wrap=wrap)
         key = tuple(tensor(ix, device=self.device) for ix in np.nonzero(mask))

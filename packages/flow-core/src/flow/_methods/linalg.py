@@ -58,8 +58,9 @@ class LinalgMethods:
         return _L.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
 
     def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
-        return inplace_call(self, "baddbmm_", lambda x, a, b: _L.baddbmm(x, a, b, beta=beta, alpha=alpha), batch1,
-                            batch2)
+        return inplace_call(
+            self, "baddbmm_", lambda x, a, b: _L.baddbmm(x, a, b, beta=beta, alpha=alpha), batch1, batch2
+        )
 
     def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         return _L.addbmm(self, batch1, batch2, beta=beta, alpha=alpha)

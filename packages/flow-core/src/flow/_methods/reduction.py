@@ -104,8 +104,13 @@ class ReductionMethods:
     def mode(self, dim: int = -1, keepdim: bool = False):
         return _S.mode(self, dim, keepdim)
 
-    def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
-               dim=None):
+    def unique(
+        self,
+        sorted: bool = True,
+        return_inverse: bool = False,
+        return_counts: bool = False,  # noqa: A002
+        dim=None,
+    ):
         return _S.unique(self, sorted, return_inverse, return_counts, dim)
 
     def unique_consecutive(self, return_inverse: bool = False, return_counts: bool = False, dim=None):

@@ -95,8 +95,9 @@ def remove_stale(directory: str, target_base: str) -> list[str]:
     now = time.time()
     try:
         with os.scandir(directory) as it:
-            names = [e.name for e in it
-                     if e.name.startswith(".") and (".flowtmp-" in e.name or e.name.endswith(".tmp"))]
+            names = [
+                e.name for e in it if e.name.startswith(".") and (".flowtmp-" in e.name or e.name.endswith(".tmp"))
+            ]
     except OSError:
         return removed
     for name in names:
@@ -142,8 +143,9 @@ def write_atomic(path: str, write_body) -> None:
     tmp = temp_name(os.path.join(directory, os.path.basename(path)))
     step = "create a temporary file for"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-                     | getattr(os, "O_BINARY", 0), 0o666)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0), 0o666
+        )
     except FileNotFoundError as e:
         raise os_error(e, "flow.save: the directory to save into does not exist", path) from e
     except OSError as e:

@@ -27,8 +27,19 @@ import numpy as np
 from flow._serialization.errors import CheckpointError
 from flow.errors import OpTypeError
 
-__all__ = ["CHECKSUM_KEY", "Header", "Entry", "crc", "clean_bool", "file_bytes", "layout", "build_header",
-           "write_arrays", "read_header", "read_arrays"]
+__all__ = [
+    "CHECKSUM_KEY",
+    "Header",
+    "Entry",
+    "crc",
+    "clean_bool",
+    "file_bytes",
+    "layout",
+    "build_header",
+    "write_arrays",
+    "read_header",
+    "read_arrays",
+]
 
 CHECKSUM_KEY = "flow.checksum"
 _PREFIX = b'{"__metadata__":{"' + CHECKSUM_KEY.encode() + b'":"'
@@ -36,17 +47,35 @@ _DIGITS = len(_PREFIX) + 8  # end of the checksum's hex digits
 MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on the header's size
 _LITTLE = sys.byteorder == "little"
 
-_ST_TO_NP = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16, "U16": np.uint16, "I32": np.int32,
-             "U32": np.uint32, "I64": np.int64, "U64": np.uint64, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-             "F32": np.float32, "F64": np.float64}
+_ST_TO_NP = {
+    "BOOL": np.bool_,
+    "U8": np.uint8,
+    "I8": np.int8,
+    "I16": np.int16,
+    "U16": np.uint16,
+    "I32": np.int32,
+    "U32": np.uint32,
+    "I64": np.int64,
+    "U64": np.uint64,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "F32": np.float32,
+    "F64": np.float64,
+}
 _ST_TO_NP = {k: np.dtype(v) for k, v in _ST_TO_NP.items()}
 _NP_TO_ST = {v: k for k, v in _ST_TO_NP.items()}
 
 # What the first bytes of common files that are not safetensors look like, to say what was given.
-_FOREIGN = ((b"PK\x03\x04", "a zip archive (the format of PyTorch's torch.save?)"),
-            (b"\x93NUMPY", "a NumPy .npy file"), (b"\x89HDF", "an HDF5 file"),
-            (b"\x1f\x8b", "a gzip file"), (b"\x80\x02", "a pickle"), (b"\x80\x03", "a pickle"),
-            (b"\x80\x04", "a pickle"), (b"\x80\x05", "a pickle"))
+_FOREIGN = (
+    (b"PK\x03\x04", "a zip archive (the format of PyTorch's torch.save?)"),
+    (b"\x93NUMPY", "a NumPy .npy file"),
+    (b"\x89HDF", "an HDF5 file"),
+    (b"\x1f\x8b", "a gzip file"),
+    (b"\x80\x02", "a pickle"),
+    (b"\x80\x03", "a pickle"),
+    (b"\x80\x04", "a pickle"),
+    (b"\x80\x05", "a pickle"),
+)
 
 
 class Entry(NamedTuple):
@@ -58,11 +87,11 @@ class Entry(NamedTuple):
 
 
 class Header(NamedTuple):
-    metadata: dict       # str -> str
-    entries: list        # [Entry], in the order the header lists them
-    data_len: int        # bytes of tensor data after the header
-    size: int            # bytes of the whole file
-    checked: bool        # the header carried flow's checksum and it matched
+    metadata: dict  # str -> str
+    entries: list  # [Entry], in the order the header lists them
+    data_len: int  # bytes of tensor data after the header
+    size: int  # bytes of the whole file
+    checked: bool  # the header carried flow's checksum and it matched
 
 
 def st_dtype(dt: np.dtype) -> str:
@@ -97,14 +126,17 @@ def build_header(arrays: list, metadata: dict) -> bytes:
     for name, arr in arrays:
         if name in header:
             raise CheckpointError(f"flow.save: a tensor may not be named '{name}' (it is the header's metadata key)")
-        header[name] = {"dtype": st_dtype(arr.dtype), "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
+        header[name] = {
+            "dtype": st_dtype(arr.dtype),
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + arr.nbytes],
+        }
         offset += arr.nbytes
     text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("ascii")
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
     length = len(text).to_bytes(8, "little")
     digits = b"%08x" % zlib.crc32(text[_DIGITS:], zlib.crc32(length))
-    return length + text[:len(_PREFIX)] + digits + text[_DIGITS:]
+    return length + text[: len(_PREFIX)] + digits + text[_DIGITS:]
 
 
 def layout(arrays: dict) -> list:
@@ -137,18 +169,22 @@ def read_into(reader, view: memoryview, name: str, what: str) -> None:
             if isinstance(chunk, str):
                 raise OpTypeError("flow.load", f"the file object for '{name}' is open in text mode; open it with 'rb'")
             got = len(chunk)
-            view[pos:pos + got] = chunk
+            view[pos : pos + got] = chunk
         if not got:
-            raise CheckpointError(f"flow.load: '{name}' is truncated: {what} needs {n} bytes but the file ends after "
-                                  f"{pos} (an interrupted write or copy?)")
+            raise CheckpointError(
+                f"flow.load: '{name}' is truncated: {what} needs {n} bytes but the file ends after "
+                f"{pos} (an interrupted write or copy?)"
+            )
         pos += got
 
 
 def _not_safetensors(name: str, head: bytes, reason: str) -> CheckpointError:
     kind = next((k for magic, k in _FOREIGN if head.startswith(magic)), None)
     what = f"it looks like {kind}" if kind else reason
-    return CheckpointError(f"flow.load: '{name}' is not a flow checkpoint or safetensors file: {what}; flow.load reads "
-                           "only safetensors files (see safetensors.torch.save_file for PyTorch weights)")
+    return CheckpointError(
+        f"flow.load: '{name}' is not a flow checkpoint or safetensors file: {what}; flow.load reads "
+        "only safetensors files (see safetensors.torch.save_file for PyTorch weights)"
+    )
 
 
 def read_header(reader, name: str, size: int | None, verify: bool, exact: bool = True) -> Header:
@@ -171,9 +207,11 @@ def read_header(reader, name: str, size: int | None, verify: bool, exact: bool =
     checked = False
     if text.startswith(_PREFIX) and verify:
         # compared as bytes: parsing the digits as a number would accept "ABCD..." for "abcd..."
-        if text[len(_PREFIX):_DIGITS] != b"%08x" % zlib.crc32(text[_DIGITS:], zlib.crc32(head)):
-            raise CheckpointError(f"flow.load: '{name}' is corrupt: its header does not match its checksum (the "
-                                  "structure, names or tensor table were damaged); pass verify=False to try anyway")
+        if text[len(_PREFIX) : _DIGITS] != b"%08x" % zlib.crc32(text[_DIGITS:], zlib.crc32(head)):
+            raise CheckpointError(
+                f"flow.load: '{name}' is corrupt: its header does not match its checksum (the "
+                "structure, names or tensor table were damaged); pass verify=False to try anyway"
+            )
         checked = True
     elif not text.startswith(b"{"):
         raise _not_safetensors(name, head, "it has no JSON header")
@@ -188,10 +226,14 @@ def read_header(reader, name: str, size: int | None, verify: bool, exact: bool =
     total = 8 + n + data_len
     if size is not None and (size < total or (exact and size != total)):
         if size < total:
-            raise CheckpointError(f"flow.load: '{name}' is truncated: its header describes {total} bytes but the file "
-                                  f"holds {size} (an interrupted write or copy?)")
-        raise CheckpointError(f"flow.load: '{name}' is corrupt: it holds {size - total} bytes after the last tensor "
-                              "that its header does not describe")
+            raise CheckpointError(
+                f"flow.load: '{name}' is truncated: its header describes {total} bytes but the file "
+                f"holds {size} (an interrupted write or copy?)"
+            )
+        raise CheckpointError(
+            f"flow.load: '{name}' is corrupt: it holds {size - total} bytes after the last tensor "
+            "that its header does not describe"
+        )
     return Header(metadata, entries, data_len, total, checked)
 
 
@@ -223,18 +265,26 @@ def _entry(name: str, key: str, info) -> Entry:
         raise CheckpointError(f"{bad} must hold exactly 'dtype', 'shape' and 'data_offsets', got {info!r:.200}")
     dt, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
     if dt not in _ST_TO_NP:
-        raise CheckpointError(f"flow.load: '{name}': tensor '{key}' has dtype {dt!r:.40}, which flow cannot load "
-                              f"(it reads {', '.join(_ST_TO_NP)})")
+        raise CheckpointError(
+            f"flow.load: '{name}': tensor '{key}' has dtype {dt!r:.40}, which flow cannot load "
+            f"(it reads {', '.join(_ST_TO_NP)})"
+        )
     if not isinstance(shape, list) or not all(_is_int(d) for d in shape):
         raise CheckpointError(f"{bad} has shape {shape!r:.200}; expected a list of non-negative ints")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets) \
-            or offsets[0] > offsets[1]:
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_int(o) for o in offsets)
+        or offsets[0] > offsets[1]
+    ):
         raise CheckpointError(f"{bad} has data_offsets {offsets!r:.200}; expected [begin, end] with 0 <= begin <= end")
     dtype = _ST_TO_NP[dt]
     nbytes = dtype.itemsize * math.prod(shape)  # Python ints: a huge shape cannot overflow
     if offsets[1] - offsets[0] != nbytes:
-        raise CheckpointError(f"{bad} is inconsistent: shape {shape} of {dt} needs {nbytes} bytes but data_offsets "
-                              f"{offsets} span {offsets[1] - offsets[0]}")
+        raise CheckpointError(
+            f"{bad} is inconsistent: shape {shape} of {dt} needs {nbytes} bytes but data_offsets "
+            f"{offsets} span {offsets[1] - offsets[0]}"
+        )
     return Entry(key, dtype, tuple(shape), offsets[0], offsets[1])
 
 
@@ -243,8 +293,10 @@ def _check_offsets(name: str, entries: list) -> int:
     for e in sorted(entries, key=lambda e: (e.begin, e.end)):
         if e.begin != end:
             kind = "overlaps another" if e.begin < end else f"leaves a gap of {e.begin - end} bytes before it"
-            raise CheckpointError(f"flow.load: '{name}' has a corrupt header: the data of tensor '{e.name}' {kind} "
-                                  f"(data_offsets [{e.begin}, {e.end}])")
+            raise CheckpointError(
+                f"flow.load: '{name}' has a corrupt header: the data of tensor '{e.name}' {kind} "
+                f"(data_offsets [{e.begin}, {e.end}])"
+            )
         end = e.end
     return end
 

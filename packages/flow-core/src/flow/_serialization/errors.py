@@ -7,8 +7,15 @@ import os
 
 from flow.errors import FlowError
 
-__all__ = ["CheckpointError", "CheckpointOSError", "CheckpointFileNotFoundError", "CheckpointPermissionError",
-           "CheckpointIsADirectoryError", "CheckpointNotADirectoryError", "os_error"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointOSError",
+    "CheckpointFileNotFoundError",
+    "CheckpointPermissionError",
+    "CheckpointIsADirectoryError",
+    "CheckpointNotADirectoryError",
+    "os_error",
+]
 
 
 class CheckpointError(FlowError):
@@ -44,8 +51,12 @@ class CheckpointNotADirectoryError(CheckpointOSError, NotADirectoryError):
     """A component of a checkpoint's path is a file, not a directory."""
 
 
-_CLASSES = ((FileNotFoundError, CheckpointFileNotFoundError), (PermissionError, CheckpointPermissionError),
-            (IsADirectoryError, CheckpointIsADirectoryError), (NotADirectoryError, CheckpointNotADirectoryError))
+_CLASSES = (
+    (FileNotFoundError, CheckpointFileNotFoundError),
+    (PermissionError, CheckpointPermissionError),
+    (IsADirectoryError, CheckpointIsADirectoryError),
+    (NotADirectoryError, CheckpointNotADirectoryError),
+)
 
 
 def os_error(e: OSError, message: str, path) -> CheckpointOSError:

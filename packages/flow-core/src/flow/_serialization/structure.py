@@ -114,17 +114,23 @@ class Encoder:
 
     def _container(self, obj, path: str, depth: int):
         if depth >= MAX_DEPTH:
-            raise CheckpointError(f"flow.save: {_where(path)} is nested more than {MAX_DEPTH} dicts / lists / tuples / "
-                                  f"sets deep; checkpoints may nest at most {MAX_DEPTH} levels")
+            raise CheckpointError(
+                f"flow.save: {_where(path)} is nested more than {MAX_DEPTH} dicts / lists / tuples / "
+                f"sets deep; checkpoints may nest at most {MAX_DEPTH} levels"
+            )
         if id(obj) in self._open:
-            raise CheckpointError(f"flow.save: {_where(path)} contains itself (a reference cycle); a checkpoint holds "
-                                  "a tree of values")
+            raise CheckpointError(
+                f"flow.save: {_where(path)} contains itself (a reference cycle); a checkpoint holds a tree of values"
+            )
         self._open.add(id(obj))
         try:
             d = depth + 1
             if isinstance(obj, dict):
-                node = {"$d": [[self.encode(k, f"{path}[key]", d), self.encode(v, _join(path, k), d)]
-                               for k, v in obj.items()]}
+                node = {
+                    "$d": [
+                        [self.encode(k, f"{path}[key]", d), self.encode(v, _join(path, k), d)] for k, v in obj.items()
+                    ]
+                }
                 if isinstance(obj, (Counter, OrderedDict)):
                     node["type"] = type(obj).__name__
                 return node
@@ -137,11 +143,34 @@ class Encoder:
 
 
 # node kind -> the other keys it may have
-_NODES = {"$t": {"dtype", "device", "crc", "requires_grad", "parameter"}, "$nd": {"crc"}, "$gen": {"device", "crc"},
-          "$f": set(), "$tu": set(), "$set": set(), "$dtype": set(), "$device": set(), "$d": {"type"}}
-_FIELD_TYPES = {"$t": str, "$nd": str, "$gen": str, "$f": str, "$tu": list, "$set": list, "$dtype": str,
-                "$device": str, "$d": list, "dtype": str, "device": str, "crc": int, "requires_grad": bool,
-                "parameter": bool, "type": str}
+_NODES = {
+    "$t": {"dtype", "device", "crc", "requires_grad", "parameter"},
+    "$nd": {"crc"},
+    "$gen": {"device", "crc"},
+    "$f": set(),
+    "$tu": set(),
+    "$set": set(),
+    "$dtype": set(),
+    "$device": set(),
+    "$d": {"type"},
+}
+_FIELD_TYPES = {
+    "$t": str,
+    "$nd": str,
+    "$gen": str,
+    "$f": str,
+    "$tu": list,
+    "$set": list,
+    "$dtype": str,
+    "$device": str,
+    "$d": list,
+    "dtype": str,
+    "device": str,
+    "crc": int,
+    "requires_grad": bool,
+    "parameter": bool,
+    "type": str,
+}
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
@@ -163,8 +192,10 @@ class Decoder:
             raise self.corrupt(f"it names a tensor '{key}' that the file does not hold")
         arr = self.arrays[key]
         if self.verify and expected is not None and crc(arr) != expected:
-            raise CheckpointError(f"flow.load: '{self.name}' is corrupt: the data of tensor '{key}' does not match "
-                                  "its checksum; pass verify=False to load it anyway")
+            raise CheckpointError(
+                f"flow.load: '{self.name}' is corrupt: the data of tensor '{key}' does not match "
+                "its checksum; pass verify=False to load it anyway"
+            )
         return clean_bool(arr)
 
     def tensor(self, key: str, dtype, saved_device, expected) -> Tensor:
@@ -173,8 +204,9 @@ class Decoder:
         arr = self.array(key, expected)
         dt = D.NP_TO_DTYPE.get(arr.dtype)
         if dt is None:
-            raise CheckpointError(f"flow.load: '{self.name}': tensor '{key}' has dtype {arr.dtype}, which flow does "
-                                  "not support")
+            raise CheckpointError(
+                f"flow.load: '{self.name}': tensor '{key}' has dtype {arr.dtype}, which flow does not support"
+            )
         if dtype is not None and dtype != dt.name:
             raise self.corrupt(f"tensor '{key}' is {dt.name} in the data but {dtype} in the structure")
         t = self.place(Tensor._make(arr, dt, _device("cpu")), key, saved_device or "cpu")

@@ -8,8 +8,17 @@ from flow.autograd.function import Function, FunctionCtx
 from flow.autograd.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from flow.errors import AutogradError
 
-__all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled", "inference_mode"]
+__all__ = [
+    "backward",
+    "grad",
+    "Function",
+    "FunctionCtx",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "is_grad_enabled",
+    "inference_mode",
+]
 
 
 _CREATION = []
@@ -46,8 +55,9 @@ def _seed(t, g):
     return g
 
 
-def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False,
-             inputs=None) -> None:
+def backward(
+    tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False, inputs=None
+) -> None:
     """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves they depend on."""
     Tensor = engine.Tensor
     if isinstance(tensors, Tensor):
@@ -69,8 +79,15 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, creat
     run_backward(tensors, seeds, retain_graph, create_graph, inputs=inputs, allow_unused=True, accumulate=True)
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
-         allow_unused: bool = False, materialize_grads: bool = False) -> tuple:
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+    materialize_grads: bool = False,
+) -> tuple:
     """The gradients of ``outputs`` with respect to ``inputs``, returned (not stored in ``.grad``)."""
     from flow._tensor import Tensor
 
@@ -84,11 +101,17 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     if retain_graph is None:
         retain_graph = create_graph
     seeds = [_seed(t, g) for t, g in zip(outputs, grad_outputs)]
-    res = run_backward(outputs, seeds, retain_graph, create_graph, inputs=list(inputs),
-                       allow_unused=allow_unused or materialize_grads, accumulate=False)
+    res = run_backward(
+        outputs,
+        seeds,
+        retain_graph,
+        create_graph,
+        inputs=list(inputs),
+        allow_unused=allow_unused or materialize_grads,
+        accumulate=False,
+    )
     if materialize_grads:
         from flow._creation import zeros_like
 
         res = tuple(zeros_like(i) if r is None else r for r, i in zip(res, inputs))
     return res
-

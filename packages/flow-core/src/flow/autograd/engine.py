@@ -114,9 +114,7 @@ def _fix_grad(g, meta, op_name: str, i: int):
 
             g = sum_to_shape(g, tuple(shape))
         else:
-            raise AutogradError(
-                f"gradient of '{op_name}' returned shape {gs} for input {i}, expected {tuple(shape)}"
-            )
+            raise AutogradError(f"gradient of '{op_name}' returned shape {gs} for input {i}, expected {tuple(shape)}")
     return g
 
 
@@ -387,7 +385,5 @@ def _flatten(n: Node, grads) -> tuple:
         else:
             flat.append(g)
     if len(flat) != len(n.next):
-        raise AutogradError(
-            f"gradient of '{n.op.name}' returned {len(flat)} gradients for {len(n.next)} tensor inputs"
-        )
+        raise AutogradError(f"gradient of '{n.op.name}' returned {len(flat)} gradients for {len(n.next)} tensor inputs")
     return tuple(flat)

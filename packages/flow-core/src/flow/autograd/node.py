@@ -26,8 +26,20 @@ class Node:
     is that input's ``(shape, dtype, device)``.
     """
 
-    __slots__ = ("op", "attrs", "next", "in_meta", "saved_in", "saved_out", "versions", "n_out",
-                 "out_meta", "out_hooks", "fctx", "__weakref__")
+    __slots__ = (
+        "op",
+        "attrs",
+        "next",
+        "in_meta",
+        "saved_in",
+        "saved_out",
+        "versions",
+        "n_out",
+        "out_meta",
+        "out_hooks",
+        "fctx",
+        "__weakref__",
+    )
 
     @staticmethod
     def record(op, inputs: tuple, attrs: dict, outs: tuple) -> "Node":
@@ -48,8 +60,9 @@ class Node:
             if isinstance(x, Tensor):
                 meta.append((x._data.shape, x.dtype, x.device))
                 # where the gradient goes: nowhere, a leaf's .grad, or the node that made x
-                nxt.append(_NO_EDGE if not x._requires_grad else (x, -1) if x.grad_fn is None
-                           else (x.grad_fn, x._out_idx))
+                nxt.append(
+                    _NO_EDGE if not x._requires_grad else (x, -1) if x.grad_fn is None else (x.grad_fn, x._out_idx)
+                )
                 if save_in:
                     versions.append((x._version, x._version[0]))
             elif x.__class__ is list or x.__class__ is tuple:

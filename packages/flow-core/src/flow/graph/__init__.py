@@ -14,5 +14,19 @@ from flow.graph.graph import Block, Graph
 from flow.graph.ir import GraphIR, Lit, Node, SourceLoc, Value
 from flow.graph.symbolic import GraphTraceError, SymbolicArray
 
-__all__ = ["Graph", "Block", "compile", "CompiledFunction", "GraphConfig", "BlockConfig", "GraphIR", "Node",
-           "Value", "Lit", "SourceLoc", "GraphExecutionError", "GraphTraceError", "SymbolicArray"]
+__all__ = [
+    "Graph",
+    "Block",
+    "compile",
+    "CompiledFunction",
+    "GraphConfig",
+    "BlockConfig",
+    "GraphIR",
+    "Node",
+    "Value",
+    "Lit",
+    "SourceLoc",
+    "GraphExecutionError",
+    "GraphTraceError",
+    "SymbolicArray",
+]

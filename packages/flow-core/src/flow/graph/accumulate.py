@@ -26,11 +26,13 @@ def _split(runner, leaves, n):
     micro = [[] for _ in range(n)]
     for t in leaves:
         if t.ndim == 0 or t.shape[0] % n:
-            raise FlowError(f"graph '{runner._name}': gradient accumulation over {n} micro-batches needs every "
-                            f"tensor input to have a first dim divisible by {n}, got shape {tuple(t.shape)}")
+            raise FlowError(
+                f"graph '{runner._name}': gradient accumulation over {n} micro-batches needs every "
+                f"tensor input to have a first dim divisible by {n}, got shape {tuple(t.shape)}"
+            )
         m = t.shape[0] // n
         for i in range(n):
-            part = Tensor._make(t._data[i * m:(i + 1) * m], t.dtype, t.device)
+            part = Tensor._make(t._data[i * m : (i + 1) * m], t.dtype, t.device)
             part._requires_grad = t._requires_grad
             micro[i].append(part)
     return micro
@@ -47,8 +49,9 @@ class AccumulatedStep:
         self.step = step
         after: set[int] = set()
         for nd in ir.nodes:
-            if nd.tags.get("phase") == "optimizer" or any(v.producer is not None and v.producer.id in after
-                                                            for v in nd.input_values()):
+            if nd.tags.get("phase") == "optimizer" or any(
+                v.producer is not None and v.producer.id in after for v in nd.input_values()
+            ):
                 after.add(nd.id)
         a_nodes = [nd for nd in ir.nodes if nd.id not in after]
         b_nodes = [nd for nd in ir.nodes if nd.id in after]
@@ -58,22 +61,35 @@ class AccumulatedStep:
             for v in nd.input_values():
                 if v.id in in_a and v.id not in seen:
                     if not v.dtype.is_floating_point:
-                        raise FlowError(f"graph '{ir.name}': gradient accumulation can only carry floating-point "
-                                        f"values (gradients) to the update, not {v!r}")
+                        raise FlowError(
+                            f"graph '{ir.name}': gradient accumulation can only carry floating-point "
+                            f"values (gradients) to the update, not {v!r}"
+                        )
                     seen.add(v.id)
                     iface.append(v)
         for v in ir.outputs:
             if isinstance(v, Value) and v.producer is not None and v.producer.id in after:
-                raise FlowError(f"graph '{ir.name}': with gradient accumulation, outputs must be computed before "
-                                "the optimizer update")
+                raise FlowError(
+                    f"graph '{ir.name}': with gradient accumulation, outputs must be computed before "
+                    "the optimizer update"
+                )
         b_ids = {o.id for nd in b_nodes for o in nd.outputs}
         ups_a = [(s, new) for s, new in ir.updates if new.id not in b_ids]
         ups_b = [(s, new) for s, new in ir.updates if new.id in b_ids]
 
         def sub(name, inputs, nodes, outputs, updates) -> GraphIR:
-            g = GraphIR(name, inputs=list(inputs), states=list(ir.states), hosts=list(ir.hosts), nodes=nodes,
-                        outputs=list(outputs), updates=updates, constants=ir.constants, state_specs=ir.state_specs,
-                        host_specs=ir.host_specs)
+            g = GraphIR(
+                name,
+                inputs=list(inputs),
+                states=list(ir.states),
+                hosts=list(ir.hosts),
+                nodes=nodes,
+                outputs=list(outputs),
+                updates=updates,
+                constants=ir.constants,
+                state_specs=ir.state_specs,
+                host_specs=ir.host_specs,
+            )
             g._next = ir._next
             return g
 
@@ -99,8 +115,8 @@ class AccumulatedStep:
             for (k, _), new in zip(self.plan_a.update_slots, news):
                 if new is not states[k]:
                     states[k][...] = new
-            outs_all.append(outs[:self.n_out])
-            grads = outs[self.n_out:]
+            outs_all.append(outs[: self.n_out])
+            grads = outs[self.n_out :]
             if sums is None:
                 sums = [np.array(g, copy=True) for g in grads]
             else:
@@ -137,7 +153,8 @@ def run_accumulated(runner, args: tuple, kwargs: dict, n: int):
     leaves: list = []
     tree = flatten((args, kwargs), leaves)
     if "gradient_accumulation" in REGISTRY.passes and runner.config.pass_enabled(
-            REGISTRY.passes["gradient_accumulation"]):
+        REGISTRY.passes["gradient_accumulation"]
+    ):
         return runner._run(args, kwargs)  # the pass does it inside the graph
     micro = _split(runner, leaves, n)
     margs, mkwargs = unflatten(tree, micro[0])

@@ -53,8 +53,9 @@ _MISSING = object()
 def _arg_ids(args, kwargs) -> tuple:
     from flow._tensor import Tensor
 
-    return tuple(id(a) for a in (*args, *kwargs.values()) if not isinstance(a, (Tensor, int, float, str, bool,
-                                                                                 type(None))))
+    return tuple(
+        id(a) for a in (*args, *kwargs.values()) if not isinstance(a, (Tensor, int, float, str, bool, type(None)))
+    )
 
 
 def _discover(fn, args, kwargs) -> _Found:
@@ -84,8 +85,9 @@ def _discover(fn, args, kwargs) -> _Found:
             for k, o in obj.items():
                 if isinstance(k, str):
                     visit(f"{name}.{k}", o, depth + 1)
-        elif depth < 1 and hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType,
-                                                                              types.FunctionType)):
+        elif (
+            depth < 1 and hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType))
+        ):
             seen.add(id(obj))
             for k, o in vars(obj).items():
                 visit(f"{name}.{k}", o, depth + 1)
@@ -154,9 +156,17 @@ class CompiledFunction(Runner):
         fn = self.fn
         target = fn.func if isinstance(fn, functools.partial) else fn
         code = getattr(getattr(target, "__func__", target), "__code__", None)
-        return compile_step(fn, args, kwargs, name=self._name, config=self.config,
-                            entry_codes=(code,) if code is not None else (), modules=self._modules(),
-                            optimizers=self._optimizers(), debug=self._debug_level)
+        return compile_step(
+            fn,
+            args,
+            kwargs,
+            name=self._name,
+            config=self.config,
+            entry_codes=(code,) if code is not None else (),
+            modules=self._modules(),
+            optimizers=self._optimizers(),
+            debug=self._debug_level,
+        )
 
     def __call__(self, *args, **kwargs):
         from flow.graph.tracer import active_tracer

@@ -73,8 +73,20 @@ class CompiledStep:
         return res
 
 
-def compile_step(fn, args: tuple, kwargs: dict, *, name: str, config, entry_codes=(), modules=None,
-                 optimizers=(), after=None, debug: int = 0, grad_enabled: bool | None = None) -> CompiledStep:
+def compile_step(
+    fn,
+    args: tuple,
+    kwargs: dict,
+    *,
+    name: str,
+    config,
+    entry_codes=(),
+    modules=None,
+    optimizers=(),
+    after=None,
+    debug: int = 0,
+    grad_enabled: bool | None = None,
+) -> CompiledStep:
     """Trace ``fn`` on ``args``, optimise the IR with the enabled passes, lower it and build the executor."""
     from flow.graph.executor import Executor
     from flow.graph.lowering.plan import lower
@@ -86,8 +98,9 @@ def compile_step(fn, args: tuple, kwargs: dict, *, name: str, config, entry_code
     if grad_enabled is not None:
         STATE.grad_enabled = grad_enabled
     try:
-        ir = trace(fn, args, kwargs, name=name, entry_codes=entry_codes, modules=modules, optimizers=optimizers,
-                   after=after)
+        ir = trace(
+            fn, args, kwargs, name=name, entry_codes=entry_codes, modules=modules, optimizers=optimizers, after=after
+        )
     finally:
         STATE.grad_enabled = prev
     t1 = time.perf_counter()
@@ -144,8 +157,13 @@ class Runner:
         for _, opt in self._optimizers():
             for g in opt.param_groups:
                 opts.append(tuple(map(id, g["params"])))
-                opts.append(tuple((k, v if isinstance(v, (int, float, bool, str, tuple, type(None))) else id(v))
-                                  for k, v in g.items() if k not in ("params", "lr", "initial_lr")))
+                opts.append(
+                    tuple(
+                        (k, v if isinstance(v, (int, float, bool, str, tuple, type(None))) else id(v))
+                        for k, v in g.items()
+                        if k not in ("params", "lr", "initial_lr")
+                    )
+                )
         return (mods, tuple(opts), STATE.grad_enabled, self.config.key())
 
     def _key(self, leaves, tree):
@@ -178,13 +196,18 @@ class Runner:
         import warnings
 
         prev = self.__dict__.get("_last_key")
-        parts = ("the input shapes/dtypes", "the non-tensor arguments or the input structure",
-                 "module train/eval modes, grad mode, optimizer groups or hyper-parameters other than the LR, "
-                 "or the config")
+        parts = (
+            "the input shapes/dtypes",
+            "the non-tensor arguments or the input structure",
+            "module train/eval modes, grad mode, optimizer groups or hyper-parameters other than the LR, or the config",
+        )
         what = [parts[i] if i < 2 else parts[2] for i in range(3) if prev is not None and prev[i] != key[i]]
-        warnings.warn(f"graph '{self._name}' has been compiled {self.compiles} times; the last recompilation was "
-                      f"caused by a change of {' and '.join(what) or 'the signature'}. Each new signature traces "
-                      "and compiles again (see docs/graph.md, 'Specialisation and the cache')", stacklevel=4)
+        warnings.warn(
+            f"graph '{self._name}' has been compiled {self.compiles} times; the last recompilation was "
+            f"caused by a change of {' and '.join(what) or 'the signature'}. Each new signature traces "
+            "and compiles again (see docs/graph.md, 'Specialisation and the cache')",
+            stacklevel=4,
+        )
 
     # -- prefetching ---------------------------------------------------------------------
     def _load(self, batch):

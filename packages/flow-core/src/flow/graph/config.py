@@ -167,8 +167,13 @@ class GraphConfig:
         return (self._version,)
 
     def __repr__(self) -> str:
-        parts = [f"gradient_accumulation_steps={self.gradient_accumulation_steps}", f"amp={self.amp}",
-                 f"fusion={self.fusion}", f"memory_planning={self.memory_planning}", f"autotune={self.autotune}"]
+        parts = [
+            f"gradient_accumulation_steps={self.gradient_accumulation_steps}",
+            f"amp={self.amp}",
+            f"fusion={self.fusion}",
+            f"memory_planning={self.memory_planning}",
+            f"autotune={self.autotune}",
+        ]
         if self._overrides:
             parts.append(f"passes={self._overrides}")
         return f"GraphConfig({', '.join(parts)})"
@@ -178,6 +183,8 @@ def check_amp_available() -> None:
     from flow.registry import REGISTRY
 
     if "amp" not in REGISTRY.passes:
-        raise FlowError("graph config: mixed precision needs the graph pass 'amp', which the flow-amp plugin "
-                        "registers; install the 'flow-amp' package (pip install flow-amp) and make sure its plugin "
-                        "is loaded (FLOW_PLUGINS / FLOW_DISABLE_PLUGIN_AUTOLOAD)")
+        raise FlowError(
+            "graph config: mixed precision needs the graph pass 'amp', which the flow-amp plugin "
+            "registers; install the 'flow-amp' package (pip install flow-amp) and make sure its plugin "
+            "is loaded (FLOW_PLUGINS / FLOW_DISABLE_PLUGIN_AUTOLOAD)"
+        )

@@ -196,8 +196,11 @@ def run_dataflow(plan, values: list) -> None:
 
     by_node = {s.node.id: s for s in plan.steps}
     fns = {nid: (lambda *tokens, s=s: call_step(s, values)) for nid, s in by_node.items()}
-    actors = _build([s.node for s in plan.steps], {s.node.id: {plan.steps[d].node.id for d in plan.deps[s.index]}
-                                                   for s in plan.steps}, fns)
+    actors = _build(
+        [s.node for s in plan.steps],
+        {s.node.id: {plan.steps[d].node.id for d in plan.deps[s.index]} for s in plan.steps},
+        fns,
+    )
     order = DataflowScheduler(list(actors.values())).run()
     if len(order) != len(plan.steps):
         raise FlowError("graph executor: the dataflow stalled before every step ran")
@@ -242,6 +245,7 @@ class Prefetcher:
 
     def submit(self, item) -> None:
         """Load one item in the background (``graph.prefetch``)."""
+
         def work():
             try:
                 self.channel.put(("item", item, self.load(item)))

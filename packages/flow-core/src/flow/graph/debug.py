@@ -34,8 +34,10 @@ def _vattrs(v: Value) -> str:
 
 def format_ir(ir: GraphIR, max_nodes: int | None = None) -> str:
     """The IR as text: inputs, states, host values, one line per node (with its source line), updates."""
-    L = [f"graph {ir.name} ({len(ir.inputs)} inputs, {len(ir.states)} states, {len(ir.hosts)} host values, "
-         f"{len(ir.constants)} constants, {len(ir.nodes)} nodes)"]
+    L = [
+        f"graph {ir.name} ({len(ir.inputs)} inputs, {len(ir.states)} states, {len(ir.hosts)} host values, "
+        f"{len(ir.constants)} constants, {len(ir.nodes)} nodes)"
+    ]
     for v in ir.inputs:
         L.append(f"  %{v.id}: {v.type_str()}{_vattrs(v)} = input {v.name}")
     for v in ir.states:
@@ -96,8 +98,10 @@ def format_log(name: str, log: list, step=None, verbose: bool = False) -> str:
         if verbose and r.text:
             L.append("    " + r.text.replace("\n", "\n    "))
     if step is not None:
-        L.append(f"  trace {step.trace_seconds * 1e3:.1f} ms, compile total {step.compile_seconds * 1e3:.1f} ms, "
-                 f"{len(step.plan.steps)} kernel calls")
+        L.append(
+            f"  trace {step.trace_seconds * 1e3:.1f} ms, compile total {step.compile_seconds * 1e3:.1f} ms, "
+            f"{len(step.plan.steps)} kernel calls"
+        )
         for name, note in step.ir.meta.get("pass_notes", {}).items():  # what passes want to say (fusion, memory)
             L.append(f"  {name}: {note}")
         from flow.graph.passes.memory import format_report, memory_report
@@ -119,8 +123,13 @@ def _jsonable(v):
 
 
 def _value_json(v: Value, ir: GraphIR) -> dict:
-    d = {"id": v.id, "shape": list(v.shape), "dtype": getattr(v.dtype, "name", str(v.dtype)), "device": str(v.device),
-         "kind": v.kind}
+    d = {
+        "id": v.id,
+        "shape": list(v.shape),
+        "dtype": getattr(v.dtype, "name", str(v.dtype)),
+        "device": str(v.device),
+        "kind": v.kind,
+    }
     if v.name:
         d["name"] = v.name
     if v.attrs:
@@ -150,14 +159,23 @@ def to_json(ir: GraphIR, indent: int | None = 1) -> str:
 
     nodes = []
     for n in ir.nodes:
-        d = {"id": n.id, "op": n.name, "attrs": _jsonable(n.attrs), "inputs": [arg(a) for a in n.inputs],
-             "outputs": [_value_json(o, ir) for o in n.outputs], "scope": n.scope,
-             "tags": _jsonable(n.tags)}
+        d = {
+            "id": n.id,
+            "op": n.name,
+            "attrs": _jsonable(n.attrs),
+            "inputs": [arg(a) for a in n.inputs],
+            "outputs": [_value_json(o, ir) for o in n.outputs],
+            "scope": n.scope,
+            "tags": _jsonable(n.tags),
+        }
         if n.loc is not None:
             d["loc"] = {"file": n.loc.file, "line": n.loc.line, "function": n.loc.function}
             if n.loc.inner_file:
-                d["loc"]["inner"] = {"file": n.loc.inner_file, "line": n.loc.inner_line,
-                                     "function": n.loc.inner_function}
+                d["loc"]["inner"] = {
+                    "file": n.loc.inner_file,
+                    "line": n.loc.inner_line,
+                    "function": n.loc.inner_function,
+                }
         if n.inplace:
             d["inplace"] = {str(k): v for k, v in n.inplace.items()}
         nodes.append(d)
@@ -184,16 +202,19 @@ def to_dot(ir: GraphIR) -> str:
     """The IR as a Graphviz digraph: ops as boxes coloured by phase, inputs/states as ellipses."""
     L = [f'digraph "{_esc(ir.name)}" {{', "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
     for v in ir.inputs:
-        L.append(f'  v{v.id} [shape=ellipse, style=filled, fillcolor="#fff7c0", '
-                 f'label="{_esc(v.name or "input")}\\n{v.type_str()}"];')
+        L.append(
+            f'  v{v.id} [shape=ellipse, style=filled, fillcolor="#fff7c0", '
+            f'label="{_esc(v.name or "input")}\\n{v.type_str()}"];'
+        )
     for v in ir.states:
-        L.append(f'  v{v.id} [shape=ellipse, style=filled, fillcolor="#eeeeee", '
-                 f'label="{_esc(v.name)}\\n{v.type_str()}"];')
+        L.append(
+            f'  v{v.id} [shape=ellipse, style=filled, fillcolor="#eeeeee", label="{_esc(v.name)}\\n{v.type_str()}"];'
+        )
     for v in ir.hosts:
         L.append(f'  v{v.id} [shape=ellipse, label="{_esc(v.name)}"];')
     used_consts = {v.id for n in ir.nodes for v in n.input_values() if v.kind == "const"}
     for vid in used_consts:
-        L.append(f'  v{vid} [shape=point];')
+        L.append(f"  v{vid} [shape=point];")
     for n in ir.nodes:
         color = _PHASE_COLOR.get(n.tags.get("phase", "forward"), "#ffffff")
         loc = f"\\n{_esc(n.loc.short())}" if n.loc is not None else ""

@@ -41,8 +41,11 @@ def _located_error(plan, step, err: BaseException) -> GraphExecutionError:
     kind = n.tags.get("phase", "forward")
     what = f"op '{n.name}'"
     if kind == "backward":
-        what = f"op '{n.name}' (in the backward pass" + (f" of the op at {n.tags['fwd_loc']}" if "fwd_loc" in n.tags
-                                                          else "") + ")"
+        what = (
+            f"op '{n.name}' (in the backward pass"
+            + (f" of the op at {n.tags['fwd_loc']}" if "fwd_loc" in n.tags else "")
+            + ")"
+        )
     elif kind == "optimizer":
         what = f"op '{n.name}' (optimizer update)"
     where = f"\n  {loc}" if loc is not None else ""
@@ -50,8 +53,10 @@ def _located_error(plan, step, err: BaseException) -> GraphExecutionError:
     for a in n.inputs:
         if hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, list):
             shapes.append(a.type_str())
-    msg = (f"graph '{plan.name}': {what} failed{' at ' + loc.short() if loc else ''} "
-           f"(inputs {', '.join(shapes)}): {type(err).__name__}: {err}{where}")
+    msg = (
+        f"graph '{plan.name}': {what} failed{' at ' + loc.short() if loc else ''} "
+        f"(inputs {', '.join(shapes)}): {type(err).__name__}: {err}{where}"
+    )
     cls = GraphMemoryError if isinstance(err, MemoryError) else GraphExecutionError
     return cls(msg, n, loc)
 
@@ -132,8 +137,13 @@ class Executor:
 
     # -- code generation --------------------------------------------------------------------
     def _const(self, value, prefix: str) -> str:
-        if value is None or value is True or value is False or (type(value) is int) or \
-                (type(value) is str and len(value) < 64):
+        if (
+            value is None
+            or value is True
+            or value is False
+            or (type(value) is int)
+            or (type(value) is str and len(value) < 64)
+        ):
             return repr(value)
         name = f"{prefix}{len(self._env)}"
         self._env[name] = value
@@ -255,4 +265,3 @@ class Executor:
     @property
     def tuning(self) -> bool:
         return any(isinstance(self._env.get(f"k{st.index}"), _Tuner) for st in self.plan.steps if st.candidates)
-

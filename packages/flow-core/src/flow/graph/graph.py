@@ -153,10 +153,19 @@ class Graph(Runner):
             for _, opt in optimizers:
                 opt.step()
 
-        return compile_step(self.build, args, kwargs, name=self._name, config=self.config,
-                            entry_codes=(build.__code__,), modules=self._modules(), optimizers=optimizers,
-                            after=after if optimizers else None, debug=self._debug_level,
-                            grad_enabled=True if optimizers else None)
+        return compile_step(
+            self.build,
+            args,
+            kwargs,
+            name=self._name,
+            config=self.config,
+            entry_codes=(build.__code__,),
+            modules=self._modules(),
+            optimizers=optimizers,
+            after=after if optimizers else None,
+            debug=self._debug_level,
+            grad_enabled=True if optimizers else None,
+        )
 
     def __call__(self, *args, **kwargs):
         from flow.graph.tracer import active_tracer

@@ -48,8 +48,18 @@ class Value:
 
     __slots__ = ("id", "shape", "dtype", "device", "kind", "producer", "index", "name", "attrs")
 
-    def __init__(self, vid: int, shape: tuple, dtype, device, kind: str, producer=None, index: int = 0,
-                 name: str = "", attrs: dict | None = None) -> None:
+    def __init__(
+        self,
+        vid: int,
+        shape: tuple,
+        dtype,
+        device,
+        kind: str,
+        producer=None,
+        index: int = 0,
+        name: str = "",
+        attrs: dict | None = None,
+    ) -> None:
         self.attrs: dict = dict(attrs) if attrs else {}
         self.id = vid
         self.shape = tuple(shape)
@@ -129,8 +139,16 @@ class Node:
 
     __slots__ = ("id", "op", "attrs", "inputs", "outputs", "loc", "scope", "inplace", "tags", "_meta_key")
 
-    def __init__(self, nid: int, op, inputs: list, attrs: dict, loc: SourceLoc | None = None, scope: str = "",
-                 tags: dict | None = None) -> None:
+    def __init__(
+        self,
+        nid: int,
+        op,
+        inputs: list,
+        attrs: dict,
+        loc: SourceLoc | None = None,
+        scope: str = "",
+        tags: dict | None = None,
+    ) -> None:
         self.id = nid
         self.op = op
         self.attrs = dict(attrs)
@@ -169,8 +187,11 @@ class Node:
     @property
     def has_side_effects(self) -> bool:
         """Writes a buffer in place or draws random numbers: never merged, folded or reordered freely."""
-        return bool(self.inplace) or bool(getattr(self.op, "nondeterministic", False)) or \
-            bool(self.tags.get("side_effect"))
+        return (
+            bool(self.inplace)
+            or bool(getattr(self.op, "nondeterministic", False))
+            or bool(self.tags.get("side_effect"))
+        )
 
     def __repr__(self) -> str:
         return f"<node {self.id} {self.name}>"
@@ -252,22 +273,34 @@ class GraphIR:
         self.constants[v.id] = array
         return v
 
-    def make_node(self, op, inputs: list, attrs: dict, out_metas, loc=None, scope: str = "",
-                  tags: dict | None = None) -> Node:
+    def make_node(
+        self, op, inputs: list, attrs: dict, out_metas, loc=None, scope: str = "", tags: dict | None = None
+    ) -> Node:
         """A new node with outputs made from ``out_metas`` (not yet placed in ``nodes``)."""
         n = Node(self._id(), op, inputs, attrs, loc, scope, tags)
         n.outputs = [self.new_value(m, "node", n, i) for i, m in enumerate(out_metas)]
         return n
 
-    def add_node(self, op, inputs: list, attrs: dict, out_metas, loc=None, scope: str = "",
-                 tags: dict | None = None) -> Node:
+    def add_node(
+        self, op, inputs: list, attrs: dict, out_metas, loc=None, scope: str = "", tags: dict | None = None
+    ) -> Node:
         """Append a node (after every existing one) and return it."""
         n = self.make_node(op, inputs, attrs, out_metas, loc, scope, tags)
         self.nodes.append(n)
         return n
 
-    def emit(self, op, inputs: list, attrs: dict | None = None, *, before: "Node | None" = None,
-             after: "Node | None" = None, loc=None, scope: str = "", tags: dict | None = None) -> Node:
+    def emit(
+        self,
+        op,
+        inputs: list,
+        attrs: dict | None = None,
+        *,
+        before: "Node | None" = None,
+        after: "Node | None" = None,
+        loc=None,
+        scope: str = "",
+        tags: dict | None = None,
+    ) -> Node:
         """Create a node of the registered op ``op`` (name or OpDef) with outputs from its meta rule, and
         insert it before/after a node (default: at the end). ``inputs`` are Values, lists of Values or
         Lits (plain Python values are wrapped in Lit). What passes use to add ops (casts, recomputation)."""
@@ -420,8 +453,18 @@ class GraphIR:
 
 def _short_dtype(dt) -> str:
     name = getattr(dt, "name", str(dt))
-    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64",
-            "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "b1"}.get(name, name)
+    return {
+        "float32": "f32",
+        "float64": "f64",
+        "float16": "f16",
+        "bfloat16": "bf16",
+        "int64": "i64",
+        "int32": "i32",
+        "int16": "i16",
+        "int8": "i8",
+        "uint8": "u8",
+        "bool": "b1",
+    }.get(name, name)
 
 
 def flat_inputs(node: Node) -> list:

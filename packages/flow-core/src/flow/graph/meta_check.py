@@ -41,12 +41,13 @@ def node_metas(node) -> tuple:
     try:
         out = node.op.meta(*_meta_args(node), **node.attrs)
     except Exception as e:
-        raise FlowError(f"graph IR: {_where(node)}: its meta rule rejects its inputs "
-                        f"({', '.join(v.type_str() for v in node.input_values())}): {e}") from e
+        raise FlowError(
+            f"graph IR: {_where(node)}: its meta rule rejects its inputs "
+            f"({', '.join(v.type_str() for v in node.input_values())}): {e}"
+        ) from e
     metas = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if len(metas) != len(node.outputs):
-        raise FlowError(f"graph IR: {_where(node)} has {len(node.outputs)} outputs, its meta rule gives "
-                        f"{len(metas)}")
+        raise FlowError(f"graph IR: {_where(node)} has {len(node.outputs)} outputs, its meta rule gives {len(metas)}")
     return metas
 
 
@@ -66,9 +67,11 @@ def check_metas(ir) -> None:
             continue
         for k, (o, m) in enumerate(zip(n.outputs, node_metas(n))):
             if tuple(o.shape) != tuple(m.shape) or o.dtype is not m.dtype:
-                raise FlowError(f"graph IR: {_where(n)}: output {k} (%{o.id}) is recorded as {o.type_str()}, "
-                                f"its meta rule gives {Value(-1, m.shape, m.dtype, m.device, 'node').type_str()}; "
-                                "a pass that changes dtypes or shapes must call ir.infer_metas()")
+                raise FlowError(
+                    f"graph IR: {_where(n)}: output {k} (%{o.id}) is recorded as {o.type_str()}, "
+                    f"its meta rule gives {Value(-1, m.shape, m.dtype, m.device, 'node').type_str()}; "
+                    "a pass that changes dtypes or shapes must call ir.infer_metas()"
+                )
         n._meta_key = key
 
 

@@ -70,7 +70,7 @@ class _StateSlot:
             buf = b.state(self.name, self.fill)
         if buf is not self._buf:
             o, n = int(b.offsets[self.i]), int(b.numels[self.i])
-            self._view = buf[o:o + n].reshape(b.shapes[self.i])
+            self._view = buf[o : o + n].reshape(b.shapes[self.i])
             self._buf = buf
         return self._view
 
@@ -78,9 +78,11 @@ class _StateSlot:
 # -- host values fed before each run ------------------------------------------------------------
 def _uniform(vals, what, opt, gi):
     if len(vals) and vals.min() != vals.max():
-        raise FlowError(f"graph mode: the parameters of {type(opt).__name__} group {gi} have different {what} "
-                        "(some were updated without the others); a compiled step updates them together. Run "
-                        "one eager step with all of them, or reload the optimizer state")
+        raise FlowError(
+            f"graph mode: the parameters of {type(opt).__name__} group {gi} have different {what} "
+            "(some were updated without the others); a compiled step updates them together. Run "
+            "one eager step with all of them, or reload the optimizer state"
+        )
     return vals[0] if len(vals) else 0
 
 
@@ -172,8 +174,12 @@ class OptimizerBinding:
     def _host(self, name, b, feed, opt, gi, bi, names) -> None:
         from flow import _dtype as D
 
-        shape, dtype = {"lr": ((), D.float64), "step": ((), D.int64), "first_step": ((), D.bool),
-                        "present": ((len(names),), D.bool)}[feed]
+        shape, dtype = {
+            "lr": ((), D.float64),
+            "step": ((), D.int64),
+            "first_step": ((), D.bool),
+            "present": ((len(names),), D.bool),
+        }[feed]
         arr, t = b.feed(feed, shape, dtype)
         idx = partial(self._grads_of, opt, gi, bi)
         fn = partial(_feed_present, names=tuple(names)) if feed == "present" else _FEEDERS[feed]
@@ -203,15 +209,19 @@ class OptimizerBinding:
                     raise GraphTraceError(
                         f"graph tracing: '{node.name}' updates a parameter of an optimizer the graph does not "
                         "know; add it with nn.Graph.add_optimizer, or make it visible to flow.compile (a "
-                        "global, a closure variable or an argument of the compiled function)")
+                        "global, a closure variable or an argument of the compiled function)"
+                    )
                 where.append(hit)
             oname, opt, gi, bi, _ = where[0]
             ia = np.asarray([w[4] for w in where], dtype=np.int64)
             key = (id(opt), gi, bi)
             self._idx[key] = ia if key not in self._idx else np.union1d(self._idx[key], ia)
             names = dict(opt._state_names(opt.param_groups[gi]))
-            ir.effects.append(Effect(f"{oname}.group{gi}: step counters of {len(ia)} parameters",
-                                     partial(_bump, opt, gi, bi, ia, names)))
+            ir.effects.append(
+                Effect(
+                    f"{oname}.group{gi}: step counters of {len(ia)} parameters", partial(_bump, opt, gi, bi, ia, names)
+                )
+            )
         for key in self._keys():
             self._idx.setdefault(key, np.zeros(0, dtype=np.int64))
 

@@ -75,8 +75,15 @@ def _sum(xp):
     return sum_out
 
 
-GENERIC_OUT_VARIANTS = {"linear": _linear, "matmul": _matmul, "relu": _relu, "div": _div, "cast": _cast,
-                        "cat": _cat, "sum": _sum}
+GENERIC_OUT_VARIANTS = {
+    "linear": _linear,
+    "matmul": _matmul,
+    "relu": _relu,
+    "div": _div,
+    "cast": _cast,
+    "cat": _cat,
+    "sum": _sum,
+}
 
 
 def register(registry) -> None:

@@ -98,12 +98,12 @@ class PlanPhase:
 def _numpy_allocate(nbytes: int, alignment: int):
     raw = np.empty(nbytes + alignment, np.uint8)
     shift = (-raw.ctypes.data) % alignment
-    return raw[shift:shift + nbytes]
+    return raw[shift : shift + nbytes]
 
 
 def _numpy_view(arena, offset: int, shape: tuple, dtype):
     n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return arena[offset:offset + n].view(dtype).reshape(shape)
+    return arena[offset : offset + n].view(dtype).reshape(shape)
 
 
 def numpy_arena_rule(inplace: bool = True) -> ArenaRule:
@@ -180,8 +180,9 @@ def _marked(fn):
     return fn
 
 
-def register_out_variant(registry, op: str, device_type: str, fn: Callable, *, kernel: str = "default",
-                         dtypes=None) -> None:
+def register_out_variant(
+    registry, op: str, device_type: str, fn: Callable, *, kernel: str = "default", dtypes=None
+) -> None:
     """Declare ``fn`` as the out-variant of the kernel named ``kernel`` that is registered for
     ``(op, device_type)`` (all its dtype entries, or only ``dtypes``). For kernels another plugin
     registered; a plugin's own kernels pass ``out=`` to ``register_kernel``. Call it after the kernel
@@ -198,6 +199,8 @@ def register_out_variant(registry, op: str, device_type: str, fn: Callable, *, k
                 e.out = fn
                 found = True
     if not found:
-        raise RegistrationError(f"out-variant for op '{op}': no kernel '{kernel}' is registered for device "
-                                f"'{device_type}'; register the kernel first")
+        raise RegistrationError(
+            f"out-variant for op '{op}': no kernel '{kernel}' is registered for device "
+            f"'{device_type}'; register the kernel first"
+        )
     registry._note("out_variants", f"{op}[{device_type}]")

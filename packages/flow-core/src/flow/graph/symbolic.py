@@ -63,9 +63,10 @@ class SymbolicArray:
     # -- in-place writes -----------------------------------------------------------------
     def __setitem__(self, key, val) -> None:
         if not _is_full(key):
-            raise self._error("an in-place write to part of a tensor outside an op (x[i] = v under no_grad, "
-                              "or through a raw array)", hint="write the whole tensor, or run the assignment "
-                              "with grad enabled so that it is recorded as an op")
+            raise self._error(
+                "an in-place write to part of a tensor outside an op (x[i] = v under no_grad, or through a raw array)",
+                hint="write the whole tensor, or run the assignment with grad enabled so that it is recorded as an op",
+            )
         self.tracer.assign(self, val)
 
     def __iadd__(self, other):
@@ -87,15 +88,21 @@ class SymbolicArray:
         src = t.describe_value(self.value) if t is not None else "a traced op"
         where = t.user_location() if t is not None else None
         at = f" at {where.short()}" if where is not None else ""
-        hint = hint or ("move value-dependent Python code out of build (return the tensor and read it after the "
-                        "graph call), or run this part eagerly")
-        return GraphTraceError(f"graph tracing: {what}{at} needs the data of a tensor of shape {self.shape} "
-                               f"({self.dtype}) made by {src}, but while a graph is traced tensors are symbolic "
-                               f"(shapes only); {hint}")
+        hint = hint or (
+            "move value-dependent Python code out of build (return the tensor and read it after the "
+            "graph call), or run this part eagerly"
+        )
+        return GraphTraceError(
+            f"graph tracing: {what}{at} needs the data of a tensor of shape {self.shape} "
+            f"({self.dtype}) made by {src}, but while a graph is traced tensors are symbolic "
+            f"(shapes only); {hint}"
+        )
 
     def __array__(self, dtype=None, copy=None):
-        raise self._error("converting a traced tensor to a NumPy array (numpy(), item(), printing, or writing it "
-                          "into a tensor that is not part of the graph)")
+        raise self._error(
+            "converting a traced tensor to a NumPy array (numpy(), item(), printing, or writing it "
+            "into a tensor that is not part of the graph)"
+        )
 
     def item(self, *args):
         raise self._error("item()")
@@ -131,10 +138,18 @@ class SymbolicArray:
         return f"SymbolicArray(shape={self.shape}, dtype={self.dtype}, value=%{getattr(self.value, 'id', '?')})"
 
 
-_FRIENDLY = {"__bool__": "bool() (an if-statement or a comparison on a tensor)", "__float__": "float()",
-             "__int__": "int()", "__index__": "using a tensor as an index", "__repr__": "printing a tensor",
-             "__str__": "printing a tensor", "__format__": "formatting a tensor", "__array__": "np.asarray()",
-             "__iter__": "iterating over a tensor", "__len__": "len()"}
+_FRIENDLY = {
+    "__bool__": "bool() (an if-statement or a comparison on a tensor)",
+    "__float__": "float()",
+    "__int__": "int()",
+    "__index__": "using a tensor as an index",
+    "__repr__": "printing a tensor",
+    "__str__": "printing a tensor",
+    "__format__": "formatting a tensor",
+    "__array__": "np.asarray()",
+    "__iter__": "iterating over a tensor",
+    "__len__": "len()",
+}
 
 
 def _entry_point() -> str:

@@ -43,6 +43,8 @@ from flow.interceptors import intercept
 from flow.ops.meta import TensorMeta
 
 _FLOW_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # flow's own folder
+
+
 class _Tracing(threading.local):
     """The tracers running in this thread (innermost last): tracing is per thread, so eager code
     in other threads (a data pipeline, an evaluation loop) runs untouched while a graph traces."""
@@ -112,9 +114,11 @@ def _symbolic_kind(op, inputs: tuple, attrs: dict):
             tracer = x._data.tracer
             break
     if tracer is None or tracer not in _ACTIVE.stack:
-        raise GraphTraceError(f"graph tracing: op '{op.name}' was called on a symbolic tensor outside the trace "
-                              "that made it (after build returned, or in another thread); do not keep tensors "
-                              "from inside build across calls")
+        raise GraphTraceError(
+            f"graph tracing: op '{op.name}' was called on a symbolic tensor outside the trace "
+            "that made it (after build returned, or in another thread); do not keep tensors "
+            "from inside build across calls"
+        )
     return tracer(op, inputs, attrs)
 
 
@@ -147,8 +151,9 @@ class Tracer:
         if d.__class__ is SymbolicArray:
             raise GraphTraceError(f"graph tracing: state tensor '{name}' is already being traced by another graph")
         _check_plain(d, f"state tensor '{name}'")
-        v = self.ir.add_state(TensorMeta(tuple(d.shape), t.dtype, t.device),
-                              StateSpec(name, kind, partial(getattr, t, "_data"), t))
+        v = self.ir.add_state(
+            TensorMeta(tuple(d.shape), t.dtype, t.device), StateSpec(name, kind, partial(getattr, t, "_data"), t)
+        )
         self._saved[id(t)] = (t, (d, t.grad, t._requires_grad, t.grad_fn, t._version[0]), v)
         t._data = SymbolicArray(d.shape, d.dtype, v, self)
         t.grad = None
@@ -184,8 +189,10 @@ class Tracer:
         d = x._data
         if d.__class__ is SymbolicArray:
             if d.tracer is not self:
-                raise GraphTraceError("graph tracing: a symbolic tensor from another (or a finished) trace was "
-                                      "used; do not keep tensors from inside build across calls")
+                raise GraphTraceError(
+                    "graph tracing: a symbolic tensor from another (or a finished) trace was "
+                    "used; do not keep tensors from inside build across calls"
+                )
             return d.value
         if x._requires_grad and x.grad_fn is None:  # a parameter nobody declared: still live state
             self._captured += 1
@@ -248,9 +255,11 @@ class Tracer:
     def __call__(self, op, inputs: tuple, attrs: dict):
         if op.dynamic_shape:
             loc = self.user_location()
-            raise GraphTraceError(f"graph tracing: op '{op.name}'{' at ' + loc.short() if loc else ''} has an "
-                                  "output shape that depends on the input values, which a compiled graph cannot "
-                                  "have; run it eagerly")
+            raise GraphTraceError(
+                f"graph tracing: op '{op.name}'{' at ' + loc.short() if loc else ''} has an "
+                "output shape that depends on the input values, which a compiled graph cannot "
+                "have; run it eagerly"
+            )
         args = []
         needs_grad = False
         dev = None
@@ -263,8 +272,9 @@ class Tracer:
                 seq = []
                 for t in x:
                     if not isinstance(t, Tensor):
-                        raise OpTypeError(op.name, f"expected a sequence of Tensors, got an element of type "
-                                                   f"{type(t).__name__}")
+                        raise OpTypeError(
+                            op.name, f"expected a sequence of Tensors, got an element of type {type(t).__name__}"
+                        )
                     seq.append(self.value_of(t))
                     needs_grad = needs_grad or t._requires_grad
                     dev = dev or t.device
@@ -364,17 +374,21 @@ def _check_plain(a, what: str) -> None:
     """A compiled graph runs its kernels on device arrays: the data of an array kind (a global or
     mirrored tensor, see flow.array_kinds) cannot be an input or a state of one."""
     if a.__class__ is not np.ndarray and array_kinds.is_kind_array(a) and a.__class__ is not SymbolicArray:
-        raise GraphTraceError(f"graph tracing: {what} is a tensor of array kind {type(a).__name__}; compiled "
-                              "graphs run on plain device arrays (array kinds take part in eager mode only), so "
-                              "pass plain tensors or run this step eagerly")
+        raise GraphTraceError(
+            f"graph tracing: {what} is a tensor of array kind {type(a).__name__}; compiled "
+            "graphs run on plain device arrays (array kinds take part in eager mode only), so "
+            "pass plain tensors or run this step eagerly"
+        )
 
 
 def _check_literals(tree) -> None:
     tag = tree[0]
     if tag == "L":
         if isinstance(tree[1], SymbolicArray):
-            raise tree[1]._error("returning the raw array of a traced tensor (numpy())",
-                                 hint="return the tensor itself; graph outputs are flow Tensors")
+            raise tree[1]._error(
+                "returning the raw array of a traced tensor (numpy())",
+                hint="return the tensor itself; graph outputs are flow Tensors",
+            )
     elif tag in ("tuple", "list"):
         for t in tree[1]:
             _check_literals(t)
@@ -383,8 +397,18 @@ def _check_literals(tree) -> None:
             _check_literals(t)
 
 
-def trace(fn, args: tuple, kwargs: dict, *, name: str = "graph", entry_codes=(), modules=None,
-          optimizers=(), after=None, module_names=None) -> GraphIR:
+def trace(
+    fn,
+    args: tuple,
+    kwargs: dict,
+    *,
+    name: str = "graph",
+    entry_codes=(),
+    modules=None,
+    optimizers=(),
+    after=None,
+    module_names=None,
+) -> GraphIR:
     """Trace ``fn(*args, **kwargs)`` into a :class:`GraphIR`.
 
     ``modules``: ``{name: Module}`` whose parameters and buffers are state inputs; ``optimizers``:

@@ -31,8 +31,10 @@ class Parameter(Tensor):
         p._base = data._base
         if requires_grad:
             if not data.dtype.is_floating_point:
-                raise RuntimeError(f"Parameter: only floating-point tensors can require gradients, got {data.dtype}"
-                                   "; pass requires_grad=False")
+                raise RuntimeError(
+                    f"Parameter: only floating-point tensors can require gradients, got {data.dtype}"
+                    "; pass requires_grad=False"
+                )
             p.requires_grad = True
         return p
 

@@ -19,17 +19,37 @@ ANY_TENSOR = "takes a tensor of any dtype and shape, and has no attributes"
 KERNEL_SPECS: list[dict] = []
 
 
-def defop(name: str, inputs: Sequence[str], attrs: Sequence[Attr] = (), outputs: Sequence[str] = ("out",), *,
-          meta: Callable, dtypes: Dtypes | Mapping[str, Dtypes] | None = None, grad: Callable | None = None,
-          save: str = "both", elementwise: bool = False, samples: Callable | None = None, **kwargs) -> OpHandle:
+def defop(
+    name: str,
+    inputs: Sequence[str],
+    attrs: Sequence[Attr] = (),
+    outputs: Sequence[str] = ("out",),
+    *,
+    meta: Callable,
+    dtypes: Dtypes | Mapping[str, Dtypes] | None = None,
+    grad: Callable | None = None,
+    save: str = "both",
+    elementwise: bool = False,
+    samples: Callable | None = None,
+    **kwargs,
+) -> OpHandle:
     """Declare a core op and return its handle (what the Python function calls).
 
     ``dtypes`` is the dtype rule of every tensor input (or a mapping input name -> rule), see
     :class:`flow.registry.ops.Dtypes`. Every op must give one: opcheck (and so the test suite)
     fails on an input without a rule.
     """
-    OP_SPECS.append(dict(schema=schema(name, inputs, attrs, outputs, dtypes=dtypes), meta=meta, grad=grad,
-                         save=save, elementwise=elementwise, samples=samples, **kwargs))
+    OP_SPECS.append(
+        dict(
+            schema=schema(name, inputs, attrs, outputs, dtypes=dtypes),
+            meta=meta,
+            grad=grad,
+            save=save,
+            elementwise=elementwise,
+            samples=samples,
+            **kwargs,
+        )
+    )
     return OpHandle(name)
 
 

@@ -24,14 +24,12 @@ def _to(g, ctx, i):
 
 def _add_grad(ctx, g):
     nxt = ctx.next
-    return (_to(g, ctx, 0) if nxt[0][0] is not None else None,
-            _to(g, ctx, 1) if nxt[1][0] is not None else None)
+    return (_to(g, ctx, 0) if nxt[0][0] is not None else None, _to(g, ctx, 1) if nxt[1][0] is not None else None)
 
 
 def _sub_grad(ctx, g):
     nxt = ctx.next
-    return (_to(g, ctx, 0) if nxt[0][0] is not None else None,
-            _to(-g, ctx, 1) if nxt[1][0] is not None else None)
+    return (_to(g, ctx, 0) if nxt[0][0] is not None else None, _to(-g, ctx, 1) if nxt[1][0] is not None else None)
 
 
 def _mul_grad(ctx, g):
@@ -86,34 +84,92 @@ def _remainder_grad(ctx, g):
 
 
 # add, mul, maximum and minimum take bools (logical or, and, ...); sub and pow do not, as in PyTorch.
-ADD = defop("add", ["input", "other"], meta=M.elementwise("add"), dtypes=ANY, grad=_add_grad, save="none",
-            elementwise=True)
-SUB = defop("sub", ["input", "other"], meta=M.elementwise("sub"), dtypes=NUMERIC, grad=_sub_grad, save="none",
-            elementwise=True)
-MUL = defop("mul", ["input", "other"], meta=M.elementwise("mul"), dtypes=ANY, grad=_mul_grad, save="inputs",
-            elementwise=True)
-DIV = defop("div", ["input", "other"], meta=M.elementwise("div"), dtypes=FLOAT_PROMOTE, grad=_div_grad,
-            save="inputs", elementwise=True)
+ADD = defop(
+    "add", ["input", "other"], meta=M.elementwise("add"), dtypes=ANY, grad=_add_grad, save="none", elementwise=True
+)
+SUB = defop(
+    "sub", ["input", "other"], meta=M.elementwise("sub"), dtypes=NUMERIC, grad=_sub_grad, save="none", elementwise=True
+)
+MUL = defop(
+    "mul", ["input", "other"], meta=M.elementwise("mul"), dtypes=ANY, grad=_mul_grad, save="inputs", elementwise=True
+)
+DIV = defop(
+    "div",
+    ["input", "other"],
+    meta=M.elementwise("div"),
+    dtypes=FLOAT_PROMOTE,
+    grad=_div_grad,
+    save="inputs",
+    elementwise=True,
+)
 # A bool base takes only a bool scalar exponent (``b ** True``), as in PyTorch; its dispatch runs the meta
 # rule, since the exponent's dtype is not the base's.
-POW = defop("pow", ["input", "exponent"], meta=M.elementwise("pow"), dtypes={"input": ANY, "exponent": NUMERIC},
-            grad=_pow_grad, save="both", elementwise=True, eager_meta=True)
-MAXIMUM = defop("maximum", ["input", "other"], meta=M.elementwise("maximum"), dtypes=ANY,
-                grad=_minmax_grad(lambda a, b: a > b), save="inputs", elementwise=True)
-MINIMUM = defop("minimum", ["input", "other"], meta=M.elementwise("minimum"), dtypes=ANY,
-                grad=_minmax_grad(lambda a, b: a < b), save="inputs", elementwise=True)
-REMAINDER = defop("remainder", ["input", "other"], meta=M.elementwise("remainder"), dtypes=NUMERIC,
-                  grad=_remainder_grad, save="none", elementwise=True)
-FMOD = defop("fmod", ["input", "other"], meta=M.elementwise("fmod"), dtypes=NUMERIC, grad=_remainder_grad,
-             save="none", elementwise=True)
-FLOOR_DIVIDE = defop("floor_divide", ["input", "other"], meta=M.elementwise("floor_divide"), dtypes=NUMERIC,
-                     save="none", elementwise=True)
-ATAN2 = defop("atan2", ["input", "other"], meta=M.elementwise("atan2"), dtypes=FLOAT_PROMOTE, save="inputs",
-              elementwise=True,
-              grad=lambda ctx, g: (
-                  sum_to_shape(g * ctx.inputs[1] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2), ctx.input_shape(0)),
-                  sum_to_shape(-g * ctx.inputs[0] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2),
-                               ctx.input_shape(1))))
+POW = defop(
+    "pow",
+    ["input", "exponent"],
+    meta=M.elementwise("pow"),
+    dtypes={"input": ANY, "exponent": NUMERIC},
+    grad=_pow_grad,
+    save="both",
+    elementwise=True,
+    eager_meta=True,
+)
+MAXIMUM = defop(
+    "maximum",
+    ["input", "other"],
+    meta=M.elementwise("maximum"),
+    dtypes=ANY,
+    grad=_minmax_grad(lambda a, b: a > b),
+    save="inputs",
+    elementwise=True,
+)
+MINIMUM = defop(
+    "minimum",
+    ["input", "other"],
+    meta=M.elementwise("minimum"),
+    dtypes=ANY,
+    grad=_minmax_grad(lambda a, b: a < b),
+    save="inputs",
+    elementwise=True,
+)
+REMAINDER = defop(
+    "remainder",
+    ["input", "other"],
+    meta=M.elementwise("remainder"),
+    dtypes=NUMERIC,
+    grad=_remainder_grad,
+    save="none",
+    elementwise=True,
+)
+FMOD = defop(
+    "fmod",
+    ["input", "other"],
+    meta=M.elementwise("fmod"),
+    dtypes=NUMERIC,
+    grad=_remainder_grad,
+    save="none",
+    elementwise=True,
+)
+FLOOR_DIVIDE = defop(
+    "floor_divide",
+    ["input", "other"],
+    meta=M.elementwise("floor_divide"),
+    dtypes=NUMERIC,
+    save="none",
+    elementwise=True,
+)
+ATAN2 = defop(
+    "atan2",
+    ["input", "other"],
+    meta=M.elementwise("atan2"),
+    dtypes=FLOAT_PROMOTE,
+    save="inputs",
+    elementwise=True,
+    grad=lambda ctx, g: (
+        sum_to_shape(g * ctx.inputs[1] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2), ctx.input_shape(0)),
+        sum_to_shape(-g * ctx.inputs[0] / (ctx.inputs[0] ** 2 + ctx.inputs[1] ** 2), ctx.input_shape(1)),
+    ),
+)
 
 
 def _div_kernel(xp):
@@ -259,7 +315,6 @@ divide = div
 subtract = sub
 
 
-
 # -- opcheck samples ------------------------------------------------------------------
 from flow.ops import _samples as S  # noqa: E402
 from flow.ops._define import set_samples  # noqa: E402
@@ -273,16 +328,18 @@ set_samples(DIV, S.binary(b_low=0.5, b_high=2.0))
 def _pow_samples():
     yield from S.binary(0.5, 2.0, -1.5, 1.5)()
     yield SampleInput((S.ints((3, 4), -3, 4, seed=1), S.ints((3, 4), -2, 3, seed=2)))
-    yield ErrorInput((S.ints((3, 4), 1, 4), np.int64(-1)), {}, OpError, "Integers to negative integer powers",
-                     values=True)
+    yield ErrorInput(
+        (S.ints((3, 4), 1, 4), np.int64(-1)), {}, OpError, "Integers to negative integer powers", values=True
+    )
 
 
 def _int_division_samples(base):
     def samples():
         yield from base()
         yield SampleInput((S.ints((3, 4), -5, 6, seed=1), S.ints((3, 4), 1, 4, seed=2)))
-        yield ErrorInput((S.ints((3, 4), 1, 4), S.ints((3, 4), 0, 1)), {}, OpError, "integer division by zero",
-                         values=True)
+        yield ErrorInput(
+            (S.ints((3, 4), 1, 4), S.ints((3, 4), 0, 1)), {}, OpError, "integer division by zero", values=True
+        )
 
     return samples
 
@@ -293,6 +350,22 @@ set_samples(FMOD, _int_division_samples(S.binary(0.1, 0.9, 1.5, 2.0)))
 set_samples(FLOOR_DIVIDE, _int_division_samples(S.binary(b_low=0.5, b_high=2.0, grad=False)))
 
 __all__ = [
-    "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "pow", "float_power", "maximum", "minimum",
-    "remainder", "fmod", "atan2", "arctan2", "multiply", "divide", "subtract",
+    "add",
+    "sub",
+    "rsub",
+    "mul",
+    "div",
+    "true_divide",
+    "floor_divide",
+    "pow",
+    "float_power",
+    "maximum",
+    "minimum",
+    "remainder",
+    "fmod",
+    "atan2",
+    "arctan2",
+    "multiply",
+    "divide",
+    "subtract",
 ]

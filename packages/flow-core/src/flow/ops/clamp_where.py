@@ -21,8 +21,9 @@ def _clamp_meta(x, min=None, max=None):
         raise OpError("clamp", "at least one of 'min' and 'max' must be given")
     if not x.dtype.is_floating_point and (isinstance(min, float) or isinstance(max, float)):
         # the result would be a float tensor: flow.clamp promotes the input first
-        raise OpTypeError("clamp", f"float bounds need a floating-point input, got {x.dtype} with min={min!r}, "
-                                   f"max={max!r}")
+        raise OpTypeError(
+            "clamp", f"float bounds need a floating-point input, got {x.dtype} with min={min!r}, max={max!r}"
+        )
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
@@ -38,8 +39,16 @@ def _clamp_grad(ctx, g):
     return (g * mask,)
 
 
-CLAMP = defop("clamp", ["input"], [Attr("min", (float, int), None), Attr("max", (float, int), None)],
-              meta=_clamp_meta, dtypes=ANY, grad=_clamp_grad, save="inputs", elementwise=True)
+CLAMP = defop(
+    "clamp",
+    ["input"],
+    [Attr("min", (float, int), None), Attr("max", (float, int), None)],
+    meta=_clamp_meta,
+    dtypes=ANY,
+    grad=_clamp_grad,
+    save="inputs",
+    elementwise=True,
+)
 
 
 @kernel(CLAMP)
@@ -110,8 +119,9 @@ def _where_meta(cond, x, y):
     xs = [t for t in (x, y) if M.is_tensor_like(t)]
     dev = M.check_same_device("where", cond, *xs)
     if len(xs) == 2 and x.dtype != y.dtype:
-        raise OpTypeError("where", f"'input' and 'other' must have the same dtype after promotion, got {x.dtype} "
-                                   f"and {y.dtype}")
+        raise OpTypeError(
+            "where", f"'input' and 'other' must have the same dtype after promotion, got {x.dtype} and {y.dtype}"
+        )
     shape = M.broadcast_shapes("where", *[tuple(t.shape) for t in (cond, *xs)])
     return M.TensorMeta(shape, xs[0].dtype, dev)
 
@@ -128,8 +138,14 @@ def _where_grad(ctx, g):
 
 # uint8 conditions are taken as PyTorch takes them (nonzero is true)
 _CONDITION = dtypes(names=["bool", "uint8"], text="a bool (or uint8) tensor")
-WHERE = defop("where", ["condition", "input", "other"], meta=_where_meta, grad=_where_grad, save="inputs",
-              dtypes={"condition": _CONDITION, "input": ANY, "other": ANY})
+WHERE = defop(
+    "where",
+    ["condition", "input", "other"],
+    meta=_where_meta,
+    grad=_where_grad,
+    save="inputs",
+    dtypes={"condition": _CONDITION, "input": ANY, "other": ANY},
+)
 generic(WHERE, lambda xp: xp.where)
 
 
@@ -214,10 +230,12 @@ def _where_samples():
     yield SampleInput((S.bools((3, 4)), S.uniform((3, 4), seed=1), S.uniform((3, 4), seed=2)))
     yield SampleInput((S.bools((3, 1), seed=3), S.uniform((1, 4), seed=4), S.uniform((3, 4), seed=5)))
     yield SampleInput((S.ints((3, 4), 0, 2, seed=6, dtype=D.uint8), S.uniform((3, 4), seed=1), S.uniform((), seed=2)))
-    yield ErrorInput((S.bools((3, 4)), S.uniform((2, 4), seed=1), S.uniform((3, 4), seed=2)), {}, OpError,
-                     "cannot be broadcast")
-    yield ErrorInput((S.bools((3, 4)), S.uniform((3, 4), seed=1), S.ints((3, 4))), {}, OpTypeError,
-                     "must have the same dtype")
+    yield ErrorInput(
+        (S.bools((3, 4)), S.uniform((2, 4), seed=1), S.uniform((3, 4), seed=2)), {}, OpError, "cannot be broadcast"
+    )
+    yield ErrorInput(
+        (S.bools((3, 4)), S.uniform((3, 4), seed=1), S.ints((3, 4))), {}, OpTypeError, "must have the same dtype"
+    )
 
 
 set_samples(CLAMP, _clamp_samples)

@@ -11,8 +11,9 @@ from flow.registry.ops import ANY, INTEGRAL
 
 
 def _def_cmp(name, np_name):
-    h = defop(name, ["input", "other"], meta=M.elementwise(name, out_dtype=D.bool), dtypes=ANY, save="none",
-              elementwise=True)
+    h = defop(
+        name, ["input", "other"], meta=M.elementwise(name, out_dtype=D.bool), dtypes=ANY, save="none", elementwise=True
+    )
     generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input, other):
@@ -53,9 +54,15 @@ LOGICAL_AND, logical_and = _def_logical("logical_and", "logical_and")
 LOGICAL_OR, logical_or = _def_logical("logical_or", "logical_or")
 LOGICAL_XOR, logical_xor = _def_logical("logical_xor", "logical_xor")
 
-LOGICAL_NOT = defop("logical_not", ["input"], meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device),
-                    dtypes=ANY, save="none", elementwise=True,
-                    no_error_samples=ANY_TENSOR)
+LOGICAL_NOT = defop(
+    "logical_not",
+    ["input"],
+    meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device),
+    dtypes=ANY,
+    save="none",
+    elementwise=True,
+    no_error_samples=ANY_TENSOR,
+)
 generic(LOGICAL_NOT, lambda xp: xp.logical_not)
 
 
@@ -65,8 +72,15 @@ def logical_not(input):
 
 
 def _def_bitwise(name, np_name):
-    h = defop(name, ["input", "other"], meta=M.elementwise(name), dtypes=INTEGRAL, save="none", elementwise=True,
-              eager_meta=True)
+    h = defop(
+        name,
+        ["input", "other"],
+        meta=M.elementwise(name),
+        dtypes=INTEGRAL,
+        save="none",
+        elementwise=True,
+        eager_meta=True,
+    )
     generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input, other):
@@ -90,9 +104,15 @@ def bitwise_not(input):
 
 
 def _def_class(name, np_name):
-    h = defop(name, ["input"], meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device), dtypes=ANY,
-              save="none", elementwise=True,
-              no_error_samples="takes a tensor of any dtype and shape (integers are finite), and has no attributes")
+    h = defop(
+        name,
+        ["input"],
+        meta=lambda x: M.TensorMeta(tuple(x.shape), D.bool, x.device),
+        dtypes=ANY,
+        save="none",
+        elementwise=True,
+        no_error_samples="takes a tensor of any dtype and shape (integers are finite), and has no attributes",
+    )
     generic(h, lambda xp, n=np_name: getattr(xp, n))
 
     def fn(input):
@@ -135,7 +155,6 @@ def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: b
     if equal_nan:
         ok = ok | (isnan(input) & isnan(other))
     return ok
-
 
 
 # -- opcheck samples ------------------------------------------------------------------
@@ -182,7 +201,29 @@ for _h in (ISNAN, ISINF, ISFINITE):
     set_samples(_h, lambda: [*_classify(), SampleInput((S.ints((3, 4), -3, 3),)), SampleInput((S.bools((5,)),))])
 
 __all__ = [
-    "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal",
-    "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "bitwise_not", "isnan", "isinf", "isfinite", "equal", "allclose", "isclose",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "not_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "equal",
+    "allclose",
+    "isclose",
 ]

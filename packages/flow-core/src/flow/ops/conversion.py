@@ -19,8 +19,15 @@ def _cast_grad(ctx, g):
     return (g.to(src) if src.is_floating_point else None,)
 
 
-CAST = defop("cast", ["x"], [Attr("dtype", str, choices=tuple(d.name for d in D.ALL_DTYPES))], meta=_cast_meta,
-             dtypes=ANY, grad=_cast_grad, save="none")
+CAST = defop(
+    "cast",
+    ["x"],
+    [Attr("dtype", str, choices=tuple(d.name for d in D.ALL_DTYPES))],
+    meta=_cast_meta,
+    dtypes=ANY,
+    grad=_cast_grad,
+    save="none",
+)
 
 
 @kernel(CAST)
@@ -39,8 +46,9 @@ def to_dtype(x, dtype) -> "Tensor":  # noqa: F821
     return call(CAST, x, dtype=dtype.name)
 
 
-CLONE = defop("clone", ["x"], meta=M.same, dtypes=ANY, grad=lambda ctx, g: (g,), save="none",
-              no_error_samples=ANY_TENSOR)
+CLONE = defop(
+    "clone", ["x"], meta=M.same, dtypes=ANY, grad=lambda ctx, g: (g,), save="none", no_error_samples=ANY_TENSOR
+)
 
 
 @kernel(CLONE)
@@ -56,8 +64,9 @@ def clone(x, *, memory_format=None) -> "Tensor":  # noqa: F821
     return call(CLONE, x)
 
 
-CONTIGUOUS = defop("contiguous", ["x"], meta=M.same, dtypes=ANY, grad=lambda ctx, g: (g,), save="none",
-                   no_error_samples=ANY_TENSOR)
+CONTIGUOUS = defop(
+    "contiguous", ["x"], meta=M.same, dtypes=ANY, grad=lambda ctx, g: (g,), save="none", no_error_samples=ANY_TENSOR
+)
 
 
 @kernel(CONTIGUOUS)
@@ -71,7 +80,6 @@ def contiguous(x) -> "Tensor":  # noqa: F821
     if flags is None or flags.c_contiguous:
         return x
     return call(CONTIGUOUS, x)
-
 
 
 # -- opcheck samples --------------------------------------------------------------------
@@ -92,6 +100,7 @@ def _cast_samples():
 set_samples(CAST, _cast_samples)
 set_samples(CLONE, S.unary())
 set_samples(CONTIGUOUS, lambda: [SampleInput((S.uniform((4, 3), seed=1).t(),))])
+
 
 def check_tensor(op: str, x, arg: str = "input") -> None:
     from flow._tensor import Tensor

@@ -47,8 +47,10 @@ def check_index_tensor(op: str, index, arg: str = "index") -> None:
 def _grid(xp, index, d):
     """Index arrays addressing ``out[..., index, ...]`` along dim ``d`` elementwise (scatter's pattern)."""
     nd = index.ndim
-    return tuple(index if i == d else xp.arange(index.shape[i]).reshape([-1 if j == i else 1 for j in range(nd)])
-                 for i in range(nd))
+    return tuple(
+        index if i == d else xp.arange(index.shape[i]).reshape([-1 if j == i else 1 for j in range(nd)])
+        for i in range(nd)
+    )
 
 
 # -- gather / scatter ----------------------------------------------------------------------------
@@ -56,13 +58,17 @@ def _gather_meta(x, index, dim):
     dev = M.check_same_device("gather", x, index)
     nd = len(x.shape)
     if len(index.shape) != nd:
-        raise OpError("gather", f"'index' must have the same number of dims as 'input' ({nd}), got shape "
-                                f"{tuple(index.shape)}")
+        raise OpError(
+            "gather", f"'index' must have the same number of dims as 'input' ({nd}), got shape {tuple(index.shape)}"
+        )
     d = M.wrap_dim("gather", dim, nd)
     for i, (a, b) in enumerate(zip(index.shape, x.shape)):
         if i != d and a > b:
-            raise OpError("gather", f"'index' size {a} exceeds the 'input' size {b} at dim {i} "
-                                    f"(index shape {tuple(index.shape)}, input shape {tuple(x.shape)})")
+            raise OpError(
+                "gather",
+                f"'index' size {a} exceeds the 'input' size {b} at dim {i} "
+                f"(index shape {tuple(index.shape)}, input shape {tuple(x.shape)})",
+            )
     return M.TensorMeta(tuple(index.shape), x.dtype, dev)
 
 
@@ -74,8 +80,15 @@ def _gather_grad(ctx, g):
     return call(SCATTER, z, index, g, dim=ctx.attrs["dim"], reduce="add"), None
 
 
-GATHER = defop("gather", ["input", "index"], [Attr("dim", int)], meta=_gather_meta, grad=_gather_grad,
-               dtypes={"input": ANY, "index": INDEX}, save="inputs")
+GATHER = defop(
+    "gather",
+    ["input", "index"],
+    [Attr("dim", int)],
+    meta=_gather_meta,
+    grad=_gather_grad,
+    dtypes={"input": ANY, "index": INDEX},
+    save="inputs",
+)
 
 
 @kernel(GATHER)
@@ -100,13 +113,19 @@ def _scatter_meta(x, index, src, dim, reduce=None):
         raise OpError("scatter", f"reduce must be None, 'add' or 'multiply', got {reduce!r}")
     nd = len(x.shape)
     if len(index.shape) != nd or len(src.shape) != nd:
-        raise OpError("scatter", f"'input', 'index' and 'src' must have the same number of dims, got shapes "
-                                 f"{tuple(x.shape)}, {tuple(index.shape)} and {tuple(src.shape)}")
+        raise OpError(
+            "scatter",
+            f"'input', 'index' and 'src' must have the same number of dims, got shapes "
+            f"{tuple(x.shape)}, {tuple(index.shape)} and {tuple(src.shape)}",
+        )
     d = M.wrap_dim("scatter", dim, nd)
     for i in range(nd):
         if index.shape[i] > src.shape[i] or (i != d and index.shape[i] > x.shape[i]):
-            raise OpError("scatter", f"'index' shape {tuple(index.shape)} exceeds the 'src' shape "
-                                     f"{tuple(src.shape)} or the 'input' shape {tuple(x.shape)} at dim {i}")
+            raise OpError(
+                "scatter",
+                f"'index' shape {tuple(index.shape)} exceeds the 'src' shape "
+                f"{tuple(src.shape)} or the 'input' shape {tuple(x.shape)} at dim {i}",
+            )
     return M.TensorMeta(tuple(x.shape), x.dtype, dev)
 
 
@@ -119,8 +138,13 @@ def _scatter_grad(ctx, g):
         raise OpError("scatter", "the gradient of scatter with reduce='multiply' is not implemented")
     gx = gs = None
     if ctx.next[0][0] is not None:
-        gx = g if reduce == "add" else call(SCATTER, g, index, zeros(tuple(index.shape), dtype=g.dtype,
-                                                                        device=g.device), dim=dim, reduce=None)
+        gx = (
+            g
+            if reduce == "add"
+            else call(
+                SCATTER, g, index, zeros(tuple(index.shape), dtype=g.dtype, device=g.device), dim=dim, reduce=None
+            )
+        )
     if ctx.next[2][0] is not None:
         gs = call(GATHER, g, index, dim=dim)
         sshape = tuple(ctx.input_shape(2))
@@ -132,10 +156,15 @@ def _scatter_grad(ctx, g):
     return gx, None, gs
 
 
-SCATTER = defop("scatter", ["input", "index", "src"],
-                [Attr("dim", int), Attr("reduce", (str, type(None)), None, (None, "add", "multiply"))],
-                meta=_scatter_meta, grad=_scatter_grad, dtypes={"input": ANY, "index": INDEX, "src": ANY},
-                save="inputs")
+SCATTER = defop(
+    "scatter",
+    ["input", "index", "src"],
+    [Attr("dim", int), Attr("reduce", (str, type(None)), None, (None, "add", "multiply"))],
+    meta=_scatter_meta,
+    grad=_scatter_grad,
+    dtypes={"input": ANY, "index": INDEX, "src": ANY},
+    save="inputs",
+)
 
 
 @kernel(SCATTER)
@@ -213,7 +242,7 @@ def _index_vec_meta(op, x, index, dim):
     d = M.wrap_dim(op, dim, len(x.shape))
     n = 1 if not index.shape else index.shape[0]
     s = tuple(x.shape)
-    return d, s[:d] + (n,) + s[d + 1:]
+    return d, s[:d] + (n,) + s[d + 1 :]
 
 
 def _index_select_meta(x, index, dim):
@@ -229,8 +258,15 @@ def _index_select_grad(ctx, g):
     return call(INDEX_ADD, z, index, g, dim=ctx.attrs["dim"], alpha=1), None
 
 
-INDEX_SELECT = defop("index_select", ["input", "index"], [Attr("dim", int)], meta=_index_select_meta,
-                     grad=_index_select_grad, dtypes={"input": ANY, "index": INDEX}, save="inputs")
+INDEX_SELECT = defop(
+    "index_select",
+    ["input", "index"],
+    [Attr("dim", int)],
+    meta=_index_select_meta,
+    grad=_index_select_grad,
+    dtypes={"input": ANY, "index": INDEX},
+    save="inputs",
+)
 
 
 @kernel(INDEX_SELECT)
@@ -249,8 +285,11 @@ def _index_add_meta(x, index, source, dim, alpha=1):
         raise OpTypeError("index_add", f"'source' must have the dtype of 'input' ({x.dtype}), got {source.dtype}")
     d, want = _index_vec_meta("index_add", x, index, dim)
     if tuple(source.shape) != want:
-        raise OpError("index_add", f"'source' must have shape {want} (the input's with dim {d} of the index's "
-                                   f"length), got {tuple(source.shape)}")
+        raise OpError(
+            "index_add",
+            f"'source' must have shape {want} (the input's with dim {d} of the index's "
+            f"length), got {tuple(source.shape)}",
+        )
     return M.TensorMeta(tuple(x.shape), x.dtype, dev)
 
 
@@ -265,9 +304,15 @@ def _index_add_grad(ctx, g):
     return (g if ctx.next[0][0] is not None else None), None, gs
 
 
-INDEX_ADD = defop("index_add", ["input", "index", "source"], [Attr("dim", int), Attr("alpha", (float, int), 1)],
-                  meta=_index_add_meta, grad=_index_add_grad, dtypes={"input": ANY, "index": INDEX, "source": ANY},
-                  save="inputs")
+INDEX_ADD = defop(
+    "index_add",
+    ["input", "index", "source"],
+    [Attr("dim", int), Attr("alpha", (float, int), 1)],
+    meta=_index_add_meta,
+    grad=_index_add_grad,
+    dtypes={"input": ANY, "index": INDEX, "source": ANY},
+    save="inputs",
+)
 
 
 @kernel(INDEX_ADD)
@@ -373,13 +418,13 @@ def _nonzero_meta(x):
 
     if get_device_type(x.device.type).extra.get("shape_only"):
         # a shape-only device has no values: it reports the largest possible result
-        return M.TensorMeta((M.TensorMeta(tuple(x.shape), x.dtype, x.device).numel(), len(x.shape)), D.int64,
-                            x.device)
+        return M.TensorMeta((M.TensorMeta(tuple(x.shape), x.dtype, x.device).numel(), len(x.shape)), D.int64, x.device)
     raise OpError("nonzero", "the output shape depends on the input's values; it is not known without data")
 
 
-NONZERO = defop("nonzero", ["input"], meta=_nonzero_meta, dtypes=ANY, save="none", eager_meta=False,
-                no_error_samples=ANY_TENSOR)
+NONZERO = defop(
+    "nonzero", ["input"], meta=_nonzero_meta, dtypes=ANY, save="none", eager_meta=False, no_error_samples=ANY_TENSOR
+)
 
 
 @kernel(NONZERO)
@@ -425,8 +470,11 @@ def take_along_dim(input, indices, dim: int | None = None):
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
     if input.ndim != indices.ndim:
-        raise OpError("take_along_dim", f"'input' and 'indices' must have the same number of dims, got shapes "
-                                        f"{tuple(input.shape)} and {tuple(indices.shape)}")
+        raise OpError(
+            "take_along_dim",
+            f"'input' and 'indices' must have the same number of dims, got shapes "
+            f"{tuple(input.shape)} and {tuple(indices.shape)}",
+        )
     d = M.wrap_dim("take_along_dim", dim, input.ndim)
     a, b = list(input.shape), list(indices.shape)
     a[d] = b[d] = 1
@@ -470,12 +518,18 @@ def _gather_samples():
 
 
 def _scatter_samples():
-    yield SampleInput((S.uniform((4, 3), seed=1), _perm_index((2, 3), 0, 4, 2), S.uniform((3, 3), seed=3)),
-                      {"dim": 0, "reduce": None})
-    yield SampleInput((S.uniform((3, 5), seed=4), S.ints((3, 4), 0, 5, seed=5), S.uniform((3, 4), seed=6)),
-                      {"dim": 1, "reduce": "add"})
-    yield SampleInput((S.uniform((3, 5), seed=7), S.ints((2, 4), 0, 5, seed=8), S.uniform((2, 4), seed=9)),
-                      {"dim": 1, "reduce": "multiply"}, grad=False)
+    yield SampleInput(
+        (S.uniform((4, 3), seed=1), _perm_index((2, 3), 0, 4, 2), S.uniform((3, 3), seed=3)), {"dim": 0, "reduce": None}
+    )
+    yield SampleInput(
+        (S.uniform((3, 5), seed=4), S.ints((3, 4), 0, 5, seed=5), S.uniform((3, 4), seed=6)),
+        {"dim": 1, "reduce": "add"},
+    )
+    yield SampleInput(
+        (S.uniform((3, 5), seed=7), S.ints((2, 4), 0, 5, seed=8), S.uniform((2, 4), seed=9)),
+        {"dim": 1, "reduce": "multiply"},
+        grad=False,
+    )
     x, i, src = S.uniform((3, 5), seed=4), S.ints((3, 4), 0, 5, seed=5), S.uniform((3, 4), seed=6)
     yield ErrorInput((x, i, S.ints((3, 4))), {"dim": 1, "reduce": None}, OpTypeError, "'src' must have the dtype")
     yield ErrorInput((x, i[0], src), {"dim": 1, "reduce": None}, OpError, "same number of dims")
@@ -496,10 +550,12 @@ def _index_select_samples():
 
 
 def _index_add_samples():
-    yield SampleInput((S.uniform((4, 3), seed=1), S.ints((5,), 0, 4, seed=2), S.uniform((5, 3), seed=3)),
-                      {"dim": 0, "alpha": 1})
-    yield SampleInput((S.uniform((2, 4), seed=4), S.ints((3,), 0, 4, seed=5), S.uniform((2, 3), seed=6)),
-                      {"dim": 1, "alpha": 2.5})
+    yield SampleInput(
+        (S.uniform((4, 3), seed=1), S.ints((5,), 0, 4, seed=2), S.uniform((5, 3), seed=3)), {"dim": 0, "alpha": 1}
+    )
+    yield SampleInput(
+        (S.uniform((2, 4), seed=4), S.ints((3,), 0, 4, seed=5), S.uniform((2, 3), seed=6)), {"dim": 1, "alpha": 2.5}
+    )
     x, i, src = S.uniform((4, 3), seed=1), S.ints((5,), 0, 4, seed=2), S.uniform((5, 3), seed=3)
     yield ErrorInput((x, i, src[:4]), {"dim": 0, "alpha": 1}, OpError, "'source' must have shape (5, 3)")
     yield ErrorInput((x, i, S.ints((5, 3))), {"dim": 0, "alpha": 1}, OpTypeError, "'source' must have the dtype")
@@ -511,9 +567,27 @@ set_samples(GATHER, _gather_samples)
 set_samples(SCATTER, _scatter_samples)
 set_samples(INDEX_SELECT, _index_select_samples)
 set_samples(INDEX_ADD, _index_add_samples)
-set_samples(NONZERO, lambda: [SampleInput((S.bools((3, 4), seed=1),)),
-                              SampleInput((S.ints((5,), 0, 2, seed=2),)),
-                              SampleInput((S.away_from((2, 3), (0.0,), seed=3) * S.bools((2, 3), seed=4),))])
+set_samples(
+    NONZERO,
+    lambda: [
+        SampleInput((S.bools((3, 4), seed=1),)),
+        SampleInput((S.ints((5,), 0, 2, seed=2),)),
+        SampleInput((S.away_from((2, 3), (0.0,), seed=3) * S.bools((2, 3), seed=4),)),
+    ],
+)
 
-__all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_fill", "index_copy",
-           "masked_fill", "masked_select", "nonzero", "argwhere", "take", "take_along_dim"]
+__all__ = [
+    "gather",
+    "scatter",
+    "scatter_add",
+    "index_select",
+    "index_add",
+    "index_fill",
+    "index_copy",
+    "masked_fill",
+    "masked_select",
+    "nonzero",
+    "argwhere",
+    "take",
+    "take_along_dim",
+]

@@ -56,8 +56,11 @@ def apply_inplace(self, result, op: str):
 
     check_inplace_allowed(self, op)
     if tuple(result._data.shape) != tuple(self._data.shape):
-        raise OpError(op, f"the result of shape {tuple(result.shape)} does not fit in-place into a tensor of "
-                          f"shape {tuple(self.shape)}")
+        raise OpError(
+            op,
+            f"the result of shape {tuple(result.shape)} does not fit in-place into a tensor of "
+            f"shape {tuple(self.shape)}",
+        )
     if result.dtype is not self.dtype:
         if result.dtype.category > self.dtype.category:
             raise OpError(op, f"result type {result.dtype} cannot be cast to the in-place output type {self.dtype}")
@@ -79,8 +82,11 @@ def apply_inplace(self, result, op: str):
                     snap = _snapshot(self)
                 saved[i] = snap
         if snap is not None:
-            n_in = sum(len(x) if isinstance(x, (list, tuple)) else 1 for x in node.saved_in
-                       if isinstance(x, (Tensor, list, tuple)))
+            n_in = sum(
+                len(x) if isinstance(x, (list, tuple)) else 1
+                for x in node.saved_in
+                if isinstance(x, (Tensor, list, tuple))
+            )
             flat = []
             for x in saved:
                 if isinstance(x, Tensor):

@@ -80,11 +80,17 @@ def _linear_meta(x, w, b=None):
     M.check_ndim(op, x, 2)
     M.check_ndim(op, w, 2, "weight")
     if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
-        raise OpTypeError(op, f"expected input, weight and bias of one dtype, got {x.dtype}, {w.dtype}"
-                              + ("" if b is None else f" and {b.dtype}"))
+        raise OpTypeError(
+            op,
+            f"expected input, weight and bias of one dtype, got {x.dtype}, {w.dtype}"
+            + ("" if b is None else f" and {b.dtype}"),
+        )
     if x.shape[1] != w.shape[1]:
-        raise OpError(op, f"input of shape {tuple(x.shape)} does not match weight of shape {tuple(w.shape)} "
-                          f"({x.shape[1]} != {w.shape[1]} in_features)")
+        raise OpError(
+            op,
+            f"input of shape {tuple(x.shape)} does not match weight of shape {tuple(w.shape)} "
+            f"({x.shape[1]} != {w.shape[1]} in_features)",
+        )
     if b is not None and tuple(b.shape) != (w.shape[0],):
         raise OpError(op, f"'bias' must have shape ({w.shape[0]},), got {tuple(b.shape)}")
     return M.TensorMeta((x.shape[0], w.shape[0]), x.dtype, dev)
@@ -102,8 +108,9 @@ def _linear_grad(ctx, g):
     return gx, gw, gb
 
 
-LINEAR = defop("linear", ["input", "weight", "bias?"], meta=_linear_meta, dtypes=NUMERIC, grad=_linear_grad,
-               save="inputs")
+LINEAR = defop(
+    "linear", ["input", "weight", "bias?"], meta=_linear_meta, dtypes=NUMERIC, grad=_linear_grad, save="inputs"
+)
 
 
 @kernel(LINEAR)
@@ -140,7 +147,6 @@ def bmm(input, mat2):
     if input.shape[0] != mat2.shape[0]:
         raise OpError("bmm", f"batch sizes differ: {input.shape[0]} vs {mat2.shape[0]}")
     return matmul(input, mat2)
-
 
 
 # -- einsum ----------------------------------------------------------------------------------------
@@ -187,7 +193,7 @@ def _einsum_parse(equation: str, shapes: list) -> tuple:
     if m > len(free):
         raise OpError(op, "too many dims under '...'")
     ell = "".join(free[:m])
-    terms = [t.replace("...", ell[m - k:]) for t, k in zip(terms, n_ell)]
+    terms = [t.replace("...", ell[m - k :]) for t, k in zip(terms, n_ell)]
     if arrow:
         if "..." in rhs:
             if rhs.count("...") > 1 or "." in rhs.replace("...", "", 1):
@@ -215,8 +221,11 @@ def _einsum_parse(equation: str, shapes: list) -> tuple:
                 sizes[c] = n
                 where[c] = (i, k)
             elif n != 1 and n != have:
-                raise OpError(op, f"subscript {c!r} has size {have} (operand {where[c][0]}, dim {where[c][1]}) but "
-                                  f"{n} (operand {i}, dim {k}); shapes {[tuple(x) for x in shapes]}")
+                raise OpError(
+                    op,
+                    f"subscript {c!r} has size {have} (operand {where[c][0]}, dim {where[c][1]}) but "
+                    f"{n} (operand {i}, dim {k}); shapes {[tuple(x) for x in shapes]}",
+                )
     for i, (t, s) in enumerate(zip(terms, shapes)):
         for c, n in zip(t, s):
             if t.count(c) > 1 and n != sizes[c]:
@@ -231,14 +240,17 @@ def _einsum_meta(operands, equation):
     dt = operands[0].dtype
     for i, t in enumerate(operands):
         if t.dtype != dt:
-            raise OpTypeError("einsum", f"operands must have the same dtype after promotion, got {dt} and {t.dtype} "
-                                        f"(operand {i})")
+            raise OpTypeError(
+                "einsum", f"operands must have the same dtype after promotion, got {dt} and {t.dtype} (operand {i})"
+            )
     shapes = [tuple(t.shape) for t in operands]
     _, sizes, terms, out = _einsum_parse(equation, shapes)
     for i, (t, s) in enumerate(zip(terms, shapes)):
         if tuple(sizes[c] for c in t) != s:
-            raise OpError("einsum", f"operand {i} of shape {s} must have the full sizes "
-                                    f"{tuple(sizes[c] for c in t)} (broadcast it first)")
+            raise OpError(
+                "einsum",
+                f"operand {i} of shape {s} must have the full sizes {tuple(sizes[c] for c in t)} (broadcast it first)",
+            )
     return M.TensorMeta(tuple(sizes[c] for c in out), dt, dev)
 
 
@@ -276,8 +288,15 @@ def _einsum_grad(ctx, g):
     return (grads,)
 
 
-EINSUM = defop("einsum", ["*operands"], [Attr("equation", str)], meta=_einsum_meta, dtypes=NUMERIC,
-               grad=_einsum_grad, save="inputs")
+EINSUM = defop(
+    "einsum",
+    ["*operands"],
+    [Attr("equation", str)],
+    meta=_einsum_meta,
+    dtypes=NUMERIC,
+    grad=_einsum_grad,
+    save="inputs",
+)
 
 
 @kernel(EINSUM)
@@ -308,8 +327,10 @@ def einsum(equation: str, *operands):
         dt = D.promote_types(dt, t.dtype)
     ops = [t if t.dtype is dt else t.to(dt) for t in operands]
     eq, sizes, terms, _ = _einsum_parse(equation, [tuple(t.shape) for t in ops])
-    ops = [t if tuple(t.shape) == tuple(sizes[c] for c in s) else t.expand(*[sizes[c] for c in s])
-           for t, s in zip(ops, terms)]
+    ops = [
+        t if tuple(t.shape) == tuple(sizes[c] for c in s) else t.expand(*[sizes[c] for c in s])
+        for t, s in zip(ops, terms)
+    ]
     return call(EINSUM, ops, equation=eq)
 
 
@@ -360,8 +381,10 @@ def tensordot(a, b, dims=2):
     """Contract ``dims`` (an int: last of ``a`` with first of ``b``; or two lists of dims)."""
     if isinstance(dims, int):
         if dims < 0 or dims > min(a.ndim, b.ndim):
-            raise OpError("tensordot", f"dims={dims} must be in [0, {min(a.ndim, b.ndim)}] for shapes "
-                                       f"{tuple(a.shape)} and {tuple(b.shape)}")
+            raise OpError(
+                "tensordot",
+                f"dims={dims} must be in [0, {min(a.ndim, b.ndim)}] for shapes {tuple(a.shape)} and {tuple(b.shape)}",
+            )
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
         da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
@@ -371,8 +394,10 @@ def tensordot(a, b, dims=2):
         db = list(M.wrap_dims("tensordot", db, b.ndim))
     for i, j in zip(da, db):
         if a.shape[i] != b.shape[j]:
-            raise OpError("tensordot", f"contracted dims differ in size: dim {i} of 'a' {tuple(a.shape)} and dim {j} "
-                                       f"of 'b' {tuple(b.shape)}")
+            raise OpError(
+                "tensordot",
+                f"contracted dims differ in size: dim {i} of 'a' {tuple(a.shape)} and dim {j} of 'b' {tuple(b.shape)}",
+            )
     ra = [i for i in range(a.ndim) if i not in da]
     rb = [j for j in range(b.ndim) if j not in db]
     k = 1
@@ -465,7 +490,6 @@ def _linear_samples():
 set_samples(LINEAR, _linear_samples)
 
 
-
 def _einsum_samples():
     u = S.uniform
     yield SampleInput(([u((3, 4), seed=1), u((4, 5), seed=2)],), {"equation": "ij,jk->ik"})
@@ -488,5 +512,21 @@ def _einsum_samples():
 
 set_samples(EINSUM, _einsum_samples)
 
-__all__ = ["matmul", "mm", "bmm", "einsum", "dot", "vdot", "outer", "ger", "inner", "tensordot", "mv", "addmm",
-           "addmv", "addr", "baddbmm", "addbmm"]
+__all__ = [
+    "matmul",
+    "mm",
+    "bmm",
+    "einsum",
+    "dot",
+    "vdot",
+    "outer",
+    "ger",
+    "inner",
+    "tensordot",
+    "mv",
+    "addmm",
+    "addmv",
+    "addr",
+    "baddbmm",
+    "addbmm",
+]

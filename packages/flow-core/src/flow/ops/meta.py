@@ -57,8 +57,10 @@ def broadcast_shapes(op: str, *shapes: Sequence[int]) -> tuple:
             if o == 1:
                 out[off + i] = d
             elif d != 1 and d != o:
-                raise OpError(op, f"shapes {[tuple(x) for x in shapes]} cannot be broadcast together "
-                                  f"(dim {i - len(s)}: {o} vs {d})")
+                raise OpError(
+                    op,
+                    f"shapes {[tuple(x) for x in shapes]} cannot be broadcast together (dim {i - len(s)}: {o} vs {d})",
+                )
     return tuple(out)
 
 
@@ -67,8 +69,7 @@ def wrap_dim(op: str, dim, ndim: int, arg: str = "dim") -> int:
         raise OpTypeError(op, f"'{arg}' must be an int, got {type(dim).__name__} {dim!r}")
     n = max(ndim, 1)
     if not -n <= dim < n:
-        raise OpIndexError(op, f"'{arg}'={dim} is out of range for a {ndim}-d tensor "
-                               f"(expected {-n} <= {arg} < {n})")
+        raise OpIndexError(op, f"'{arg}'={dim} is out of range for a {ndim}-d tensor (expected {-n} <= {arg} < {n})")
     return dim % n
 
 
@@ -134,8 +135,9 @@ def elementwise(op: str, out_dtype=None):
         dev = check_same_device(op, *ts)
         for t in ts[1:]:
             if t.dtype != ts[0].dtype:
-                raise OpTypeError(op, f"inputs must have the same dtype after promotion, got {ts[0].dtype} "
-                                      f"and {t.dtype}")
+                raise OpTypeError(
+                    op, f"inputs must have the same dtype after promotion, got {ts[0].dtype} and {t.dtype}"
+                )
         shape = broadcast_shapes(op, *[tuple(t.shape) for t in ts])
         return TensorMeta(shape, out_dtype or ts[0].dtype, dev)
 
@@ -144,12 +146,16 @@ def elementwise(op: str, out_dtype=None):
 
 def same_shapes(op: str, names=("grad_output", "input")):
     """Backward ops of elementwise ops: inputs of one shape and dtype (no broadcasting), output like them."""
+
     def rule(*xs, **attrs):
         ts = [x for x in xs if is_tensor_like(x)]
         for n, t in zip(names[1:], ts[1:]):
             if tuple(t.shape) != tuple(ts[0].shape) or t.dtype != ts[0].dtype:
-                raise OpError(op, f"'{n}' must have the shape and dtype of '{names[0]}' ({tuple(ts[0].shape)} "
-                                  f"{ts[0].dtype}), got {tuple(t.shape)} {t.dtype}")
+                raise OpError(
+                    op,
+                    f"'{n}' must have the shape and dtype of '{names[0]}' ({tuple(ts[0].shape)} "
+                    f"{ts[0].dtype}), got {tuple(t.shape)} {t.dtype}",
+                )
         return TensorMeta(tuple(ts[0].shape), ts[0].dtype, check_same_device(op, *ts))
 
     return rule

@@ -35,7 +35,7 @@ def infer_shape(op: str, shape, numel: int) -> tuple:
     if neg:
         if known == 0 or numel % known:
             raise OpError(op, f"shape {shape} is invalid for input of size {numel}")
-        shape = shape[: neg[0]] + (numel // known,) + shape[neg[0] + 1:]
+        shape = shape[: neg[0]] + (numel // known,) + shape[neg[0] + 1 :]
     elif known != numel:
         raise OpError(op, f"shape {shape} is invalid for input of size {numel}")
     return shape
@@ -52,8 +52,15 @@ def _reshape_meta(x, shape):
     return M.TensorMeta(infer_shape("reshape", shape, _numel(x.shape)), x.dtype, x.device)
 
 
-RESHAPE = defop("reshape", ["input"], [Attr("shape", tuple, items=int)], meta=_reshape_meta, dtypes=ANY,
-                grad=lambda ctx, g: (g.reshape(ctx.input_shape(0)),), save="none")
+RESHAPE = defop(
+    "reshape",
+    ["input"],
+    [Attr("shape", tuple, items=int)],
+    meta=_reshape_meta,
+    dtypes=ANY,
+    grad=lambda ctx, g: (g.reshape(ctx.input_shape(0)),),
+    save="none",
+)
 
 
 @kernel(RESHAPE)
@@ -93,8 +100,9 @@ def view(input, *shape):
             v = input._data.view()
             v.shape = shape
         except (AttributeError, ValueError):
-            raise OpError("view", f"view of shape {shape} is not compatible with the input's strides; "
-                                  "use .reshape(...) instead") from None
+            raise OpError(
+                "view", f"view of shape {shape} is not compatible with the input's strides; use .reshape(...) instead"
+            ) from None
         del np
     out = call(RESHAPE, input, shape=shape)
     return as_view(out, input)
@@ -116,8 +124,15 @@ def _permute_grad(ctx, g):
     return (g.permute(*inv),)
 
 
-PERMUTE = defop("permute", ["input"], [Attr("dims", tuple, items=int)], meta=_permute_meta, dtypes=ANY,
-                grad=_permute_grad, save="none")
+PERMUTE = defop(
+    "permute",
+    ["input"],
+    [Attr("dims", tuple, items=int)],
+    meta=_permute_meta,
+    dtypes=ANY,
+    grad=_permute_grad,
+    save="none",
+)
 
 
 @kernel(PERMUTE)
@@ -170,8 +185,11 @@ def _expand_meta(x, shape):
         elif want < 0:
             raise OpError("expand", f"sizes must be non-negative (or -1 to keep a dim), got {want} at dim {lead + i}")
         if have != want and have != 1:
-            raise OpError("expand", f"the expanded size {want} must match the existing size {have} at dim {lead + i}"
-                                    f" (input shape {tuple(x.shape)}, target {shape})")
+            raise OpError(
+                "expand",
+                f"the expanded size {want} must match the existing size {have} at dim {lead + i}"
+                f" (input shape {tuple(x.shape)}, target {shape})",
+            )
         out.append(want)
     return M.TensorMeta(tuple(out), x.dtype, x.device)
 
@@ -182,8 +200,15 @@ def _expand_grad(ctx, g):
     return (sum_to_shape(g, ctx.input_shape(0)),)
 
 
-EXPAND = defop("expand", ["input"], [Attr("shape", tuple, items=int)], meta=_expand_meta, dtypes=ANY,
-               grad=_expand_grad, save="none")
+EXPAND = defop(
+    "expand",
+    ["input"],
+    [Attr("shape", tuple, items=int)],
+    meta=_expand_meta,
+    dtypes=ANY,
+    grad=_expand_grad,
+    save="none",
+)
 
 
 @kernel(EXPAND)
@@ -244,10 +269,9 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1):
     if a > b:
         raise OpError("flatten", f"start_dim {start_dim} comes after end_dim {end_dim}")
     n = 1
-    for x in s[a:b + 1]:
+    for x in s[a : b + 1]:
         n *= x
-    return reshape(input, s[:a] + (n,) + s[b + 1:])
-
+    return reshape(input, s[:a] + (n,) + s[b + 1 :])
 
 
 # -- opcheck samples ------------------------------------------------------------------
@@ -296,5 +320,17 @@ set_samples(RESHAPE, _reshape_samples)
 set_samples(PERMUTE, _permute_samples)
 set_samples(EXPAND, _expand_samples)
 
-__all__ = ["reshape", "view", "permute", "transpose", "swapaxes", "swapdims", "t", "expand", "expand_as", "unsqueeze",
-           "squeeze", "flatten"]
+__all__ = [
+    "reshape",
+    "view",
+    "permute",
+    "transpose",
+    "swapaxes",
+    "swapdims",
+    "t",
+    "expand",
+    "expand_as",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+]

@@ -43,8 +43,9 @@ def _bw_meta(op):
     def rule(g, y, dim=-1):
         m = base(g, y)
         if tuple(g.shape) != tuple(y.shape):
-            raise OpError(op, f"'grad_output' and 'output' must have the same shape, got {tuple(g.shape)} and "
-                                f"{tuple(y.shape)}")
+            raise OpError(
+                op, f"'grad_output' and 'output' must have the same shape, got {tuple(g.shape)} and {tuple(y.shape)}"
+            )
         M.wrap_dim(op, dim, len(g.shape))
         return m
 
@@ -88,15 +89,36 @@ def _log_softmax_backward_grad(ctx, gg):
     return dg, dy
 
 
-SOFTMAX = defop("softmax", ["input"], _DIM, meta=_float_meta("softmax"), dtypes=FLOAT, grad=_softmax_grad,
-                save="outputs")
-LOG_SOFTMAX = defop("log_softmax", ["input"], _DIM, meta=_float_meta("log_softmax"), dtypes=FLOAT,
-                    grad=_log_softmax_grad, save="outputs")
-SOFTMAX_BACKWARD = defop("softmax_backward", ["grad_output", "output"], _DIM, meta=_bw_meta("softmax_backward"),
-                         dtypes=FLOAT, grad=_softmax_backward_grad, save="inputs")
-LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", ["grad_output", "output"], _DIM,
-                             meta=_bw_meta("log_softmax_backward"), dtypes=FLOAT, grad=_log_softmax_backward_grad,
-                             save="inputs")
+SOFTMAX = defop(
+    "softmax", ["input"], _DIM, meta=_float_meta("softmax"), dtypes=FLOAT, grad=_softmax_grad, save="outputs"
+)
+LOG_SOFTMAX = defop(
+    "log_softmax",
+    ["input"],
+    _DIM,
+    meta=_float_meta("log_softmax"),
+    dtypes=FLOAT,
+    grad=_log_softmax_grad,
+    save="outputs",
+)
+SOFTMAX_BACKWARD = defop(
+    "softmax_backward",
+    ["grad_output", "output"],
+    _DIM,
+    meta=_bw_meta("softmax_backward"),
+    dtypes=FLOAT,
+    grad=_softmax_backward_grad,
+    save="inputs",
+)
+LOG_SOFTMAX_BACKWARD = defop(
+    "log_softmax_backward",
+    ["grad_output", "output"],
+    _DIM,
+    meta=_bw_meta("log_softmax_backward"),
+    dtypes=FLOAT,
+    grad=_log_softmax_backward_grad,
+    save="inputs",
+)
 
 
 def _upcast(xp, x):
@@ -149,8 +171,10 @@ def _log_softmax_bw_kernel(xp):
 
 
 def _softmax_dim(name: str, ndim: int) -> int:
-    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
-                  "as an argument.", stacklevel=3)
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
     return 0 if ndim in (0, 1, 3) else 1
 
 
@@ -207,8 +231,16 @@ def _silu_backward_grad(ctx, gg):
 
 SILU = defop("silu", ["input"], meta=M.same, dtypes=FLOAT, grad=_silu_grad, save="inputs", elementwise=True)
 # (its meta rule runs eagerly: the native kernel does not broadcast)
-SILU_BACKWARD = defop("silu_backward", ["grad_output", "input"], meta=M.same_shapes("silu_backward"), dtypes=FLOAT,
-                      grad=_silu_backward_grad, save="inputs", elementwise=True, eager_meta=True)
+SILU_BACKWARD = defop(
+    "silu_backward",
+    ["grad_output", "input"],
+    meta=M.same_shapes("silu_backward"),
+    dtypes=FLOAT,
+    grad=_silu_backward_grad,
+    save="inputs",
+    elementwise=True,
+    eager_meta=True,
+)
 
 
 def _sigmoid_np(xp, x):
@@ -277,9 +309,18 @@ set_samples(LOG_SOFTMAX, _sm_samples)
 set_samples(SOFTMAX_BACKWARD, _sm_bw_samples(False))
 set_samples(LOG_SOFTMAX_BACKWARD, _sm_bw_samples(True))
 set_samples(SILU, S.unary(-4.0, 4.0))
-set_samples(SILU_BACKWARD, lambda: [SampleInput((S.uniform((3, 4), -1, 1, 1), S.uniform((3, 4), -4, 4, 2))),
-                                    SampleInput((S.uniform((5,), -1, 1, 3), S.uniform((5,), -4, 4, 4))),
-                                    ErrorInput((S.uniform((4,), seed=1), S.uniform((3, 4), seed=2)), {}, OpError,
-                                               "'input' must have the shape and dtype of 'grad_output'")])
+set_samples(
+    SILU_BACKWARD,
+    lambda: [
+        SampleInput((S.uniform((3, 4), -1, 1, 1), S.uniform((3, 4), -4, 4, 2))),
+        SampleInput((S.uniform((5,), -1, 1, 3), S.uniform((5,), -4, 4, 4))),
+        ErrorInput(
+            (S.uniform((4,), seed=1), S.uniform((3, 4), seed=2)),
+            {},
+            OpError,
+            "'input' must have the shape and dtype of 'grad_output'",
+        ),
+    ],
+)
 
 __all__ = ["softmax", "log_softmax", "softmin", "silu"]

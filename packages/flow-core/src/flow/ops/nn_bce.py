@@ -28,8 +28,9 @@ def _meta(x, t):
     if t.dtype != x.dtype:
         raise OpTypeError("binary_cross_entropy", f"'target' must have the input's dtype {x.dtype}, got {t.dtype}")
     if tuple(t.shape) != tuple(x.shape):
-        raise OpError("binary_cross_entropy", f"'target' must have the input's shape {tuple(x.shape)}, got "
-                                              f"{tuple(t.shape)}")
+        raise OpError(
+            "binary_cross_entropy", f"'target' must have the input's shape {tuple(x.shape)}, got {tuple(t.shape)}"
+        )
     return M.TensorMeta(tuple(x.shape), x.dtype, M.check_same_device("binary_cross_entropy", x, t))
 
 
@@ -82,8 +83,9 @@ def _samples():
     yield SampleInput((S.uniform((), 0.2, 0.8, 5), S.uniform((), 0.0, 1.0, 6)))
     x = S.uniform((3, 4), 0.05, 0.95, 1)
     yield ErrorInput((x, S.uniform((4,), 0.0, 1.0, 2)), {}, OpError, "'target' must have the input's shape (3, 4)")
-    yield ErrorInput((x, S.uniform((3, 4), 0.0, 1.0, 2).float()), {}, OpTypeError,
-                     "'target' must have the input's dtype")
+    yield ErrorInput(
+        (x, S.uniform((3, 4), 0.0, 1.0, 2).float()), {}, OpTypeError, "'target' must have the input's dtype"
+    )
 
 
 from flow.ops._define import set_samples  # noqa: E402

@@ -25,8 +25,12 @@ from flow.registry.ops import NUMERIC, Attr
 _COLS_BYTES = 4 << 20
 _MIN_COLS = 256
 
-_CONV_ATTRS = [Attr("stride", tuple, (1, 1), items=int), Attr("padding", tuple, (0, 0, 0, 0), items=int),
-               Attr("dilation", tuple, (1, 1), items=int), Attr("groups", int, 1)]
+_CONV_ATTRS = [
+    Attr("stride", tuple, (1, 1), items=int),
+    Attr("padding", tuple, (0, 0, 0, 0), items=int),
+    Attr("dilation", tuple, (1, 1), items=int),
+    Attr("groups", int, 1),
+]
 
 
 # -- shape rules shared by the ops and the functional wrappers --------------------------------------
@@ -37,9 +41,12 @@ def conv_out_size(op: str, in_size, ksize, stride, pads, dilation) -> tuple:
         padded = L + pads[2 * i] + pads[2 * i + 1]
         eff = d * (k - 1) + 1
         if padded < eff:
-            raise OpError(op, f"kernel size {eff} (kernel {k}, dilation {d}) along spatial dim {i} can't be greater "
-                              f"than the padded input size {padded} (input {L} + padding "
-                              f"{pads[2 * i]}+{pads[2 * i + 1]})")
+            raise OpError(
+                op,
+                f"kernel size {eff} (kernel {k}, dilation {d}) along spatial dim {i} can't be greater "
+                f"than the padded input size {padded} (input {L} + padding "
+                f"{pads[2 * i]}+{pads[2 * i + 1]})",
+            )
         out.append((padded - eff) // s + 1)
     return tuple(out)
 
@@ -60,14 +67,20 @@ def check_conv_shapes(op: str, xs: tuple, ws: tuple, groups: int, bias_shape=Non
     """Channel/group agreement of an (N, C, *spatial) input and an (O, C/groups, *kernel) weight."""
     nd = len(xs) - 2
     if len(ws) != nd + 2:
-        raise OpError(op, f"'{weight_arg}' must be {nd + 2}-d (out_channels, in_channels/groups, "
-                          f"{', '.join(['k'] * nd)}), got shape {ws}")
+        raise OpError(
+            op,
+            f"'{weight_arg}' must be {nd + 2}-d (out_channels, in_channels/groups, "
+            f"{', '.join(['k'] * nd)}), got shape {ws}",
+        )
     O, Cg = ws[0], ws[1]
     if O % groups:
         raise OpError(op, f"'{weight_arg}' has {O} output channels, which is not divisible by groups={groups}")
     if Cg * groups != xs[1]:
-        raise OpError(op, f"expected 'input' with {Cg * groups} channels (weight.shape[1]={Cg} * groups={groups}), "
-                          f"got {xs[1]} channels (input shape {xs}, weight shape {ws})")
+        raise OpError(
+            op,
+            f"expected 'input' with {Cg * groups} channels (weight.shape[1]={Cg} * groups={groups}), "
+            f"got {xs[1]} channels (input shape {xs}, weight shape {ws})",
+        )
     if bias_shape is not None and tuple(bias_shape) != (O,):
         raise OpError(op, f"'bias' must have shape ({O},) (one per output channel), got {tuple(bias_shape)}")
 
@@ -81,8 +94,9 @@ def _check_floats(op: str, *named):
         if first is None:
             first = (name, t)
         elif t.dtype != first[1].dtype:
-            raise OpTypeError(op, f"'{name}' has dtype {t.dtype} but '{first[0]}' has {first[1].dtype}; they must "
-                                  "be the same")
+            raise OpTypeError(
+                op, f"'{name}' has dtype {t.dtype} but '{first[0]}' has {first[1].dtype}; they must be the same"
+            )
     return M.check_same_device(op, *[t for _, t in named])
 
 
@@ -106,12 +120,16 @@ def _bwi_meta(g, w, input_size=(), stride=(1, 1), padding=(0, 0, 0, 0), dilation
     if len(input_size) != 2 or any(not isinstance(s, int) or s < 1 for s in input_size):
         raise OpError(op, f"'input_size' must be 2 positive ints (H, W), got {input_size}")
     if gs[1] != ws[0] or ws[0] % groups:
-        raise OpError(op, f"'grad_output' has {gs[1]} channels but 'weight' has {ws[0]} output channels "
-                          f"(groups={groups})")
+        raise OpError(
+            op, f"'grad_output' has {gs[1]} channels but 'weight' has {ws[0]} output channels (groups={groups})"
+        )
     out = conv_out_size(op, input_size, ws[2:], stride, padding, dilation)
     if out != gs[2:]:
-        raise OpError(op, f"an input of spatial size {tuple(input_size)} gives a conv output of {out}, but "
-                          f"'grad_output' has spatial size {gs[2:]}")
+        raise OpError(
+            op,
+            f"an input of spatial size {tuple(input_size)} gives a conv output of {out}, but "
+            f"'grad_output' has spatial size {gs[2:]}",
+        )
     return M.TensorMeta((gs[0], ws[1] * groups) + tuple(input_size), g.dtype, dev)
 
 
@@ -127,12 +145,16 @@ def _bww_meta(g, x, weight_size=(), stride=(1, 1), padding=(0, 0, 0, 0), dilatio
     if gs[0] != xs[0]:
         raise OpError(op, f"'grad_output' has batch {gs[0]} but 'input' has batch {xs[0]}")
     if gs[1] % groups or xs[1] % groups:
-        raise OpError(op, f"channels of 'grad_output' ({gs[1]}) and 'input' ({xs[1]}) must be divisible by "
-                          f"groups={groups}")
+        raise OpError(
+            op, f"channels of 'grad_output' ({gs[1]}) and 'input' ({xs[1]}) must be divisible by groups={groups}"
+        )
     out = conv_out_size(op, xs[2:], weight_size, stride, padding, dilation)
     if out != gs[2:]:
-        raise OpError(op, f"'input' of spatial size {xs[2:]} gives a conv output of {out}, but 'grad_output' has "
-                          f"spatial size {gs[2:]}")
+        raise OpError(
+            op,
+            f"'input' of spatial size {xs[2:]} gives a conv output of {out}, but 'grad_output' has "
+            f"spatial size {gs[2:]}",
+        )
     return M.TensorMeta((gs[1], xs[1] // groups) + tuple(weight_size), g.dtype, dev)
 
 
@@ -179,14 +201,33 @@ def _bww_grad(ctx, gg):
 
 
 # Integers convolve in their own dtype (as PyTorch on the CPU); bools do not.
-CONV2D = defop("conv2d", ["input", "weight", "bias?"], _CONV_ATTRS, meta=_conv2d_meta, dtypes=NUMERIC,
-               grad=_conv2d_grad, save="inputs")
-CONV2D_BACKWARD_INPUT = defop("conv2d_backward_input", ["grad_output", "weight"],
-                              [Attr("input_size", tuple, items=int)] + _CONV_ATTRS, meta=_bwi_meta, dtypes=NUMERIC,
-                              grad=_bwi_grad, save="inputs")
-CONV2D_BACKWARD_WEIGHT = defop("conv2d_backward_weight", ["grad_output", "input"],
-                               [Attr("weight_size", tuple, items=int)] + _CONV_ATTRS, meta=_bww_meta, dtypes=NUMERIC,
-                               grad=_bww_grad, save="inputs")
+CONV2D = defop(
+    "conv2d",
+    ["input", "weight", "bias?"],
+    _CONV_ATTRS,
+    meta=_conv2d_meta,
+    dtypes=NUMERIC,
+    grad=_conv2d_grad,
+    save="inputs",
+)
+CONV2D_BACKWARD_INPUT = defop(
+    "conv2d_backward_input",
+    ["grad_output", "weight"],
+    [Attr("input_size", tuple, items=int)] + _CONV_ATTRS,
+    meta=_bwi_meta,
+    dtypes=NUMERIC,
+    grad=_bwi_grad,
+    save="inputs",
+)
+CONV2D_BACKWARD_WEIGHT = defop(
+    "conv2d_backward_weight",
+    ["grad_output", "input"],
+    [Attr("weight_size", tuple, items=int)] + _CONV_ATTRS,
+    meta=_bww_meta,
+    dtypes=NUMERIC,
+    grad=_bww_grad,
+    save="inputs",
+)
 
 
 # -- kernels ----------------------------------------------------------------------------------------
@@ -197,11 +238,14 @@ def pad2d(xp, x, pads, value=0):
         return x
     H, W = x.shape[-2:]
     Hp, Wp = H + pt + pb, W + pl + pr
-    out = xp.full(x.shape[:-2] + (Hp, Wp), value, dtype=x.dtype) if value else \
-        xp.zeros(x.shape[:-2] + (Hp, Wp), dtype=x.dtype)
+    out = (
+        xp.full(x.shape[:-2] + (Hp, Wp), value, dtype=x.dtype)
+        if value
+        else xp.zeros(x.shape[:-2] + (Hp, Wp), dtype=x.dtype)
+    )
     h0, h1, w0, w1 = max(0, -pt), min(H, H + pb), max(0, -pl), min(W, W + pr)
     if h1 > h0 and w1 > w0:
-        out[..., h0 + pt:h1 + pt, w0 + pl:w1 + pl] = x[..., h0:h1, w0:w1]
+        out[..., h0 + pt : h1 + pt, w0 + pl : w1 + pl] = x[..., h0:h1, w0:w1]
     return out
 
 
@@ -209,12 +253,12 @@ def unpad2d(xp, xpad, pads, H, W):
     """The adjoint of :func:`pad2d`: the (H, W) input region of a padded array (zeros where cropped)."""
     pt, pb, pl, pr = pads
     if min(pads) >= 0:
-        v = xpad[..., pt:pt + H, pl:pl + W]
+        v = xpad[..., pt : pt + H, pl : pl + W]
         return v if not (pt or pb or pl or pr) else xp.ascontiguousarray(v)
     out = xp.zeros(xpad.shape[:-2] + (H, W), dtype=xpad.dtype)
     h0, h1, w0, w1 = max(0, -pt), min(H, H + pb), max(0, -pl), min(W, W + pr)
     if h1 > h0 and w1 > w0:
-        out[..., h0:h1, w0:w1] = xpad[..., h0 + pt:h1 + pt, w0 + pl:w1 + pl]
+        out[..., h0:h1, w0:w1] = xpad[..., h0 + pt : h1 + pt, w0 + pl : w1 + pl]
     return out
 
 
@@ -222,7 +266,7 @@ def window(a, i, j, stride, dilation, Ho, Wo):
     """The strided (Ho, Wo) slice of ``a`` that kernel tap (i, j) reads."""
     sh, sw = stride
     dh, dw = dilation
-    return a[..., i * dh:i * dh + sh * (Ho - 1) + 1:sh, j * dw:j * dw + sw * (Wo - 1) + 1:sw]
+    return a[..., i * dh : i * dh + sh * (Ho - 1) + 1 : sh, j * dw : j * dw + sw * (Wo - 1) + 1 : sw]
 
 
 def _im2col(xp, xpad, kh, kw, stride, dilation, Ho, Wo):
@@ -336,8 +380,9 @@ def _conv2d_kernel(xp):
 @kernel(CONV2D_BACKWARD_INPUT)
 def _bwi_kernel(xp):
     def run(g, w, input_size=(), stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
-        return conv2d_backward_input(xp, g, w, tuple(input_size), tuple(stride), tuple(padding), tuple(dilation),
-                                     groups)
+        return conv2d_backward_input(
+            xp, g, w, tuple(input_size), tuple(stride), tuple(padding), tuple(dilation), groups
+        )
 
     return run
 
@@ -345,8 +390,9 @@ def _bwi_kernel(xp):
 @kernel(CONV2D_BACKWARD_WEIGHT)
 def _bww_kernel(xp):
     def run(g, x, weight_size=(), stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
-        return conv2d_backward_weight(xp, g, x, tuple(weight_size), tuple(stride), tuple(padding), tuple(dilation),
-                                      groups)
+        return conv2d_backward_weight(
+            xp, g, x, tuple(weight_size), tuple(stride), tuple(padding), tuple(dilation), groups
+        )
 
     return run
 
@@ -370,8 +416,7 @@ _AT = dict(stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
 
 def _param_errors(args, extra):
     """Error inputs for bad stride/padding/dilation/groups of a conv op called with ``args``."""
-    for name, bad in (("stride", (0, 1)), ("stride", (1,)), ("dilation", (1, -1)), ("padding", (1, 1)),
-                      ("groups", 0)):
+    for name, bad in (("stride", (0, 1)), ("stride", (1,)), ("dilation", (1, -1)), ("padding", (1, 1)), ("groups", 0)):
         yield ErrorInput(args, {**_AT, **extra, name: bad}, OpError, f"'{name}' must be")
 
 

@@ -30,8 +30,11 @@ def _ctc_meta(lp, targets, input_lengths, target_lengths, blank=0, zero_infinity
     if len(lp.shape) != 3:
         raise OpError(op, f"'log_probs' must be 3-d (T, N, C), got shape {tuple(lp.shape)}")
     t, n, c = lp.shape
-    for name, x, nd in (("targets", targets, 2), ("input_lengths", input_lengths, 1),
-                        ("target_lengths", target_lengths, 1)):
+    for name, x, nd in (
+        ("targets", targets, 2),
+        ("input_lengths", input_lengths, 1),
+        ("target_lengths", target_lengths, 1),
+    ):
         if len(x.shape) != nd or x.shape[0] != n:
             raise OpError(op, f"'{name}' must be {nd}-d with {n} (batch) rows, got shape {tuple(x.shape)}")
     if not 0 <= blank < c:
@@ -70,8 +73,9 @@ def _prepare(lp, targets, il, tl, blank):
     used = np.arange(s)[None, :] < tl[:, None]
     bad = used & ((tg < 0) | (tg >= C) | (tg == blank))
     if bad.any():
-        raise OpIndexError("ctc_loss", f"target labels must be in [0, {C}) and differ from blank={blank}, got "
-                                       f"{int(tg[bad][0])}")
+        raise OpIndexError(
+            "ctc_loss", f"target labels must be in [0, {C}) and differ from blank={blank}, got {int(tg[bad][0])}"
+        )
     L = 2 * s + 1
     ext = np.full((N, L), blank, np.int64)
     ext[:, 1::2] = np.where(used, tg, blank)
@@ -181,12 +185,31 @@ def _ctcb_grad(ctx, gg):
     return (gg * base).sum((0, 2)), None, None, None, None
 
 
-_CTC_DTYPES = {"grad_output": FLOAT, "log_probs": FLOAT, "targets": INDEX, "input_lengths": INDEX,
-               "target_lengths": INDEX}
-CTC = defop("ctc_loss", ["log_probs", "targets", "input_lengths", "target_lengths"], _ATTRS, meta=_ctc_meta,
-            dtypes={k: v for k, v in _CTC_DTYPES.items() if k != "grad_output"}, grad=_ctc_grad, save="inputs")
-CTC_BACKWARD = defop("ctc_loss_backward", ["grad_output", "log_probs", "targets", "input_lengths", "target_lengths"],
-                     _ATTRS, meta=_ctcb_meta, dtypes=_CTC_DTYPES, grad=_ctcb_grad, save="inputs")
+_CTC_DTYPES = {
+    "grad_output": FLOAT,
+    "log_probs": FLOAT,
+    "targets": INDEX,
+    "input_lengths": INDEX,
+    "target_lengths": INDEX,
+}
+CTC = defop(
+    "ctc_loss",
+    ["log_probs", "targets", "input_lengths", "target_lengths"],
+    _ATTRS,
+    meta=_ctc_meta,
+    dtypes={k: v for k, v in _CTC_DTYPES.items() if k != "grad_output"},
+    grad=_ctc_grad,
+    save="inputs",
+)
+CTC_BACKWARD = defop(
+    "ctc_loss_backward",
+    ["grad_output", "log_probs", "targets", "input_lengths", "target_lengths"],
+    _ATTRS,
+    meta=_ctcb_meta,
+    dtypes=_CTC_DTYPES,
+    grad=_ctcb_grad,
+    save="inputs",
+)
 
 
 def _as_long(x, device, name):
@@ -200,8 +223,15 @@ def _as_long(x, device, name):
     return flow.tensor(np.asarray(x, np.int64).reshape(-1), device=device)
 
 
-def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, reduction: str = "mean",
-             zero_infinity: bool = False):
+def ctc_loss(
+    log_probs,
+    targets,
+    input_lengths,
+    target_lengths,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+):
     """CTC loss of (T, N, C) (or unbatched (T, C)) log-probabilities against padded (N, S) or concatenated
     targets; ``reduction='mean'`` divides each loss by its target length, then averages the batch."""
     import flow
@@ -229,7 +259,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
         pad = np.full((n, max(int(lens.max()) if lens.size else 0, 1)), blank, np.int64)
         pos = 0
         for i, k in enumerate(lens):
-            pad[i, :k] = flat[pos:pos + k]
+            pad[i, :k] = flat[pos : pos + k]
             pos += k
         targets = flow.tensor(pad, device=dev)
     nll = call(CTC, log_probs, targets, il, tl, blank=int(blank), zero_infinity=bool(zero_infinity))
@@ -269,8 +299,13 @@ def _ctc_cases():
     yield lp.detach(), targets, S.t(np.array([6, 5, 4])), S.t(np.array([3, 2, 0])), {}
     yield lp.detach(), targets, S.t(np.array([6, 6, 3])), S.t(np.array([2, 1, 1])), {"blank": 0}
     lp2 = log_softmax(S.uniform((5, 2, 3), seed=2), 2)
-    yield lp2.detach(), S.t(np.array([[0, 1], [1, 1]])), S.t(np.array([5, 2])), S.t(np.array([2, 2])), \
-        {"blank": 2, "zero_infinity": True}
+    yield (
+        lp2.detach(),
+        S.t(np.array([[0, 1], [1, 1]])),
+        S.t(np.array([5, 2])),
+        S.t(np.array([2, 2])),
+        {"blank": 2, "zero_infinity": True},
+    )
 
 
 def _ctc_samples():

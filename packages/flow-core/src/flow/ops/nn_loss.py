@@ -33,8 +33,7 @@ def _check_target(op, x, t, w, reduction):
     c = x.shape[0] if nd == 1 else x.shape[1]
     want = () if nd == 1 else (x.shape[0],) + tuple(x.shape[2:])
     if tuple(t.shape) != want:
-        raise OpError(op, f"'target' must have shape {want} for input of shape {tuple(x.shape)}, got "
-                          f"{tuple(t.shape)}")
+        raise OpError(op, f"'target' must have shape {want} for input of shape {tuple(x.shape)}, got {tuple(t.shape)}")
     if w is not None:
         if tuple(w.shape) != (c,):
             raise OpError(op, f"'weight' must have shape ({c},) (one weight per class), got {tuple(w.shape)}")
@@ -70,8 +69,9 @@ def _nllb_meta(g, t, w=None, num_classes=1, ignore_index=-100, reduction="mean")
     if num_classes < 0:
         raise OpError("nll_loss_backward", f"'num_classes' must be non-negative, got {num_classes}")
     shape = (num_classes,) if len(t.shape) == 0 else (t.shape[0], num_classes) + tuple(t.shape[1:])
-    return _bw_meta("nll_loss_backward", _nll_meta)(g, M.TensorMeta(shape, g.dtype, g.device), t, w,
-                                                    ignore_index=ignore_index, reduction=reduction)
+    return _bw_meta("nll_loss_backward", _nll_meta)(
+        g, M.TensorMeta(shape, g.dtype, g.device), t, w, ignore_index=ignore_index, reduction=reduction
+    )
 
 
 # -- shared kernel pieces (NumPy-like ``xp``) --------------------------------------------------------------
@@ -97,8 +97,7 @@ def _targets(xp, op, t, c, ignore_index):
     bad = valid & ((t1 < 0) | (t1 >= c))
     if bool(bad.any()):
         v = int(t1[bad][0])
-        raise OpIndexError(op, f"'target' holds class index {v}, out of range [0, {c}) (ignore_index="
-                               f"{ignore_index})")
+        raise OpIndexError(op, f"'target' holds class index {v}, out of range [0, {c}) (ignore_index={ignore_index})")
     return xp.where(valid, t1, 0).astype(xp.int64, copy=False), valid
 
 
@@ -189,8 +188,10 @@ def _ceb_kernel(xp):
 
 def native_kernels(native) -> dict:
     """CPU overrides: the same kernels with the native row softmax / log_softmax."""
-    return {"cross_entropy": ce_forward(np, native.log_softmax_forward),
-            "cross_entropy_backward": ce_backward(np, native.softmax_forward)}
+    return {
+        "cross_entropy": ce_forward(np, native.log_softmax_forward),
+        "cross_entropy_backward": ce_backward(np, native.softmax_forward),
+    }
 
 
 def _pick(xp, x, tt, t_shape):
@@ -320,16 +321,42 @@ def _nllb_grad(ctx, gg):
 
 
 _LOSS_DTYPES = {"grad_output": FLOAT, "input": FLOAT, "target": TARGETS, "weight": FLOAT}
-CE = defop("cross_entropy", ["input", "target", "weight?"], _CE_ATTRS, meta=_ce_meta, grad=_ce_grad,
-           dtypes={k: _LOSS_DTYPES[k] for k in ("input", "target", "weight")}, save="inputs")
-CE_BACKWARD = defop("cross_entropy_backward", ["grad_output", "input", "target", "weight?"], _CE_ATTRS,
-                    meta=_bw_meta("cross_entropy_backward", _ce_meta), grad=_ceb_grad, dtypes=_LOSS_DTYPES,
-                    save="inputs")
-NLL_LOSS = defop("nll_loss", ["input", "target", "weight?"], _NLL_ATTRS, meta=_nll_meta, grad=_nll_grad,
-                 dtypes={k: _LOSS_DTYPES[k] for k in ("input", "target", "weight")}, save="inputs")
-NLL_BACKWARD = defop("nll_loss_backward", ["grad_output", "target", "weight?"],
-                     [Attr("num_classes", int)] + _NLL_ATTRS, meta=_nllb_meta, grad=_nllb_grad,
-                     dtypes={k: _LOSS_DTYPES[k] for k in ("grad_output", "target", "weight")}, save="inputs")
+CE = defop(
+    "cross_entropy",
+    ["input", "target", "weight?"],
+    _CE_ATTRS,
+    meta=_ce_meta,
+    grad=_ce_grad,
+    dtypes={k: _LOSS_DTYPES[k] for k in ("input", "target", "weight")},
+    save="inputs",
+)
+CE_BACKWARD = defop(
+    "cross_entropy_backward",
+    ["grad_output", "input", "target", "weight?"],
+    _CE_ATTRS,
+    meta=_bw_meta("cross_entropy_backward", _ce_meta),
+    grad=_ceb_grad,
+    dtypes=_LOSS_DTYPES,
+    save="inputs",
+)
+NLL_LOSS = defop(
+    "nll_loss",
+    ["input", "target", "weight?"],
+    _NLL_ATTRS,
+    meta=_nll_meta,
+    grad=_nll_grad,
+    dtypes={k: _LOSS_DTYPES[k] for k in ("input", "target", "weight")},
+    save="inputs",
+)
+NLL_BACKWARD = defop(
+    "nll_loss_backward",
+    ["grad_output", "target", "weight?"],
+    [Attr("num_classes", int)] + _NLL_ATTRS,
+    meta=_nllb_meta,
+    grad=_nllb_grad,
+    dtypes={k: _LOSS_DTYPES[k] for k in ("grad_output", "target", "weight")},
+    save="inputs",
+)
 
 
 def _check_common(op, input, target, reduction):
@@ -342,12 +369,20 @@ def _check_common(op, input, target, reduction):
         raise OpError(op, f"'reduction' must be one of {REDUCTIONS}, got {reduction!r}")
 
 
-def cross_entropy_indices(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                          label_smoothing: float = 0.0):
+def cross_entropy_indices(
+    input, target, weight=None, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0
+):
     """Cross entropy with class-index targets (fused log_softmax + nll)."""
     _check_common("cross_entropy", input, target, reduction)
-    return call(CE, input, target, weight, ignore_index=int(ignore_index), reduction=reduction,
-                label_smoothing=float(label_smoothing))
+    return call(
+        CE,
+        input,
+        target,
+        weight,
+        ignore_index=int(ignore_index),
+        reduction=reduction,
+        label_smoothing=float(label_smoothing),
+    )
 
 
 # -- opcheck samples -------------------------------------------------------------------------------------
@@ -383,8 +418,12 @@ def _ce_samples():
     yield SampleInput((S.uniform((4, 5), seed=1), S.ints((4,), 0, 5, seed=2, dtype=D.uint8), None), at)
     yield from _target_errors((), at)
     yield ErrorInput((S.uniform(()), S.ints((), 0, 1), None), at, OpError, "at least 1 dim")
-    yield ErrorInput((S.uniform((4, 5)), S.ints((4,), 0, 5), None), {**at, "label_smoothing": 1.5}, OpError,
-                     "'label_smoothing' must be in [0, 1]")
+    yield ErrorInput(
+        (S.uniform((4, 5)), S.ints((4,), 0, 5), None),
+        {**at, "label_smoothing": 1.5},
+        OpError,
+        "'label_smoothing' must be in [0, 1]",
+    )
 
 
 def _ceb_samples():
@@ -396,8 +435,12 @@ def _ceb_samples():
         yield SampleInput((S.uniform(tuple(out.shape), seed=11), x, t, w), s.kwargs, grad=s.grad)
     at = {"reduction": "mean", "label_smoothing": 0.0}
     yield from _target_errors((S.uniform((), seed=11),), at)
-    yield ErrorInput((S.uniform((4,)), S.uniform((4, 5)), S.ints((4,), 0, 5), None), at, OpError,
-                     "'grad_output' must be () flow.float64")
+    yield ErrorInput(
+        (S.uniform((4,)), S.uniform((4, 5)), S.ints((4,), 0, 5), None),
+        at,
+        OpError,
+        "'grad_output' must be () flow.float64",
+    )
 
 
 def _nll_samples():

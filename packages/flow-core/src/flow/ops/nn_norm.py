@@ -42,9 +42,11 @@ def _check_shape(op, x, nshape):
     k = len(nshape)
     if k == 0:
         raise OpError(op, "'normalized_shape' must name at least one dim, got ()")
-    if tuple(x.shape[len(x.shape) - k:]) != nshape or len(x.shape) < k:
-        raise OpError(op, f"'normalized_shape' {nshape} must match the trailing dims of the input, got input "
-                          f"shape {tuple(x.shape)}")
+    if tuple(x.shape[len(x.shape) - k :]) != nshape or len(x.shape) < k:
+        raise OpError(
+            op,
+            f"'normalized_shape' {nshape} must match the trailing dims of the input, got input shape {tuple(x.shape)}",
+        )
 
 
 def _check_eps(op, eps):
@@ -68,11 +70,15 @@ def _lnb_meta(g, x, weight=None, normalized_shape=(), eps=1e-5):
     _check_shape(op, x, nshape)
     _check_affine(op, x, weight, "weight", nshape)
     if tuple(g.shape) != tuple(x.shape) or g.dtype != x.dtype:
-        raise OpError(op, f"'grad_output' must match the input ({tuple(x.shape)} {x.dtype}), got "
-                          f"{tuple(g.shape)} {g.dtype}")
+        raise OpError(
+            op, f"'grad_output' must match the input ({tuple(x.shape)} {x.dtype}), got {tuple(g.shape)} {g.dtype}"
+        )
     dev = M.check_same_device(op, g, x)
-    return (M.TensorMeta(tuple(x.shape), x.dtype, dev), M.TensorMeta(nshape, x.dtype, dev),
-            M.TensorMeta(nshape, x.dtype, dev))
+    return (
+        M.TensorMeta(tuple(x.shape), x.dtype, dev),
+        M.TensorMeta(nshape, x.dtype, dev),
+        M.TensorMeta(nshape, x.dtype, dev),
+    )
 
 
 # -- gradients written with flow ops ---------------------------------------------------------------------
@@ -111,8 +117,11 @@ def _ln_grad_composite(g, x, w, dims, eps, need):
 def _ln_grad(ctx, g):
     x, w, b = ctx.inputs
     nshape, eps = ctx.attrs["normalized_shape"], ctx.attrs["eps"]
-    need = (ctx.next[0][0] is not None, w is not None and ctx.next[1][0] is not None,
-            b is not None and ctx.next[2][0] is not None)
+    need = (
+        ctx.next[0][0] is not None,
+        w is not None and ctx.next[1][0] is not None,
+        b is not None and ctx.next[2][0] is not None,
+    )
     if STATE.grad_enabled:  # building a graph of the gradient: differentiable composite
         return _ln_grad_composite(g, x, w, _dims(x.ndim, len(nshape)), eps, need)
     dx, dw, db = call(LAYER_NORM_BACKWARD, g, x, w, normalized_shape=nshape, eps=eps)
@@ -143,11 +152,19 @@ def _lnb_grad(ctx, a, bw, bb):
     return dg, dx, dw
 
 
-LAYER_NORM = defop("layer_norm", ["input", "weight?", "bias?"], _ATTRS, meta=_ln_meta, dtypes=FLOAT, grad=_ln_grad,
-                   save="inputs")
-LAYER_NORM_BACKWARD = defop("layer_norm_backward", ["grad_output", "input", "weight?"], _ATTRS,
-                            outputs=("grad_input", "grad_weight", "grad_bias"), meta=_lnb_meta, dtypes=FLOAT,
-                            grad=_lnb_grad, save="inputs")
+LAYER_NORM = defop(
+    "layer_norm", ["input", "weight?", "bias?"], _ATTRS, meta=_ln_meta, dtypes=FLOAT, grad=_ln_grad, save="inputs"
+)
+LAYER_NORM_BACKWARD = defop(
+    "layer_norm_backward",
+    ["grad_output", "input", "weight?"],
+    _ATTRS,
+    outputs=("grad_input", "grad_weight", "grad_bias"),
+    meta=_lnb_meta,
+    dtypes=FLOAT,
+    grad=_lnb_grad,
+    save="inputs",
+)
 
 
 # -- kernels ---------------------------------------------------------------------------------------------
@@ -194,8 +211,11 @@ def _lnb_kernel(xp):
         dx = rstd * (gh - gh.mean(axis=1, keepdims=True) - xh * (gh * xh).mean(axis=1, keepdims=True))
         dw = (g2 * xh).sum(axis=0)
         db = g2.sum(axis=0)
-        return (dx.reshape(x.shape).astype(dt, copy=False), dw.reshape(normalized_shape).astype(dt, copy=False),
-                db.reshape(normalized_shape).astype(dt, copy=False))
+        return (
+            dx.reshape(x.shape).astype(dt, copy=False),
+            dw.reshape(normalized_shape).astype(dt, copy=False),
+            db.reshape(normalized_shape).astype(dt, copy=False),
+        )
 
     return run
 
@@ -250,40 +270,58 @@ def _ln_errors(lead, extra_args=()):
     """Error inputs of layer_norm (``lead`` = tensors before 'input': layer_norm_backward's grad_output)."""
     x, w = S.uniform((3, 5), seed=1), S.uniform((5,), seed=2)
     at = {"normalized_shape": (5,), "eps": 1e-5}
-    yield ErrorInput((*lead, x, w, *extra_args), {**at, "normalized_shape": (4,)}, OpError,
-                     "must match the trailing dims")
+    yield ErrorInput(
+        (*lead, x, w, *extra_args), {**at, "normalized_shape": (4,)}, OpError, "must match the trailing dims"
+    )
     yield ErrorInput((*lead, x, w, *extra_args), {**at, "normalized_shape": ()}, OpError, "at least one dim")
-    yield ErrorInput((*lead, x, w, *extra_args), {**at, "normalized_shape": (2, 3, 5)}, OpError,
-                     "must match the trailing dims")
+    yield ErrorInput(
+        (*lead, x, w, *extra_args), {**at, "normalized_shape": (2, 3, 5)}, OpError, "must match the trailing dims"
+    )
     yield ErrorInput((*lead, x, S.uniform((4,)), *extra_args), at, OpError, "'weight' must have shape (5,)")
     yield ErrorInput((*lead, x, S.uniform((5,)).float(), *extra_args), at, OpTypeError, "'weight' must have the")
     yield ErrorInput((*lead, x, w, *extra_args), {**at, "eps": -1e-5}, OpError, "'eps' must be non-negative")
 
 
 def _ln_samples():
-    yield SampleInput((S.uniform((3, 5), seed=1), S.uniform((5,), seed=2), S.uniform((5,), seed=3)),
-                      {"normalized_shape": (5,), "eps": 1e-5})
-    yield SampleInput((S.uniform((2, 3, 4), seed=4), S.uniform((3, 4), seed=5), S.uniform((3, 4), seed=6)),
-                      {"normalized_shape": (3, 4), "eps": 1e-5})
+    yield SampleInput(
+        (S.uniform((3, 5), seed=1), S.uniform((5,), seed=2), S.uniform((5,), seed=3)),
+        {"normalized_shape": (5,), "eps": 1e-5},
+    )
+    yield SampleInput(
+        (S.uniform((2, 3, 4), seed=4), S.uniform((3, 4), seed=5), S.uniform((3, 4), seed=6)),
+        {"normalized_shape": (3, 4), "eps": 1e-5},
+    )
     yield SampleInput((S.uniform((2, 3, 4), seed=7), None, None), {"normalized_shape": (4,), "eps": 1e-3})
-    yield SampleInput((S.uniform((4,), seed=8), S.uniform((4,), seed=9), None), {"normalized_shape": (4,),
-                                                                                  "eps": 1e-5})
+    yield SampleInput((S.uniform((4,), seed=8), S.uniform((4,), seed=9), None), {"normalized_shape": (4,), "eps": 1e-5})
     yield SampleInput((S.uniform((0, 4), seed=8), None, None), {"normalized_shape": (4,), "eps": 1e-5})
     yield from _ln_errors((), (None,))
-    yield ErrorInput((S.uniform((3, 5)), None, S.uniform((3,))), {"normalized_shape": (5,), "eps": 1e-5}, OpError,
-                     "'bias' must have shape (5,)")
+    yield ErrorInput(
+        (S.uniform((3, 5)), None, S.uniform((3,))),
+        {"normalized_shape": (5,), "eps": 1e-5},
+        OpError,
+        "'bias' must have shape (5,)",
+    )
 
 
 def _lnb_samples():
-    yield SampleInput((S.uniform((3, 5), seed=1), S.uniform((3, 5), seed=2), S.uniform((5,), seed=3)),
-                      {"normalized_shape": (5,), "eps": 1e-5})
-    yield SampleInput((S.uniform((2, 3, 4), seed=4), S.uniform((2, 3, 4), seed=5), S.uniform((3, 4), seed=6)),
-                      {"normalized_shape": (3, 4), "eps": 1e-5})
-    yield SampleInput((S.uniform((2, 3, 4), seed=7), S.uniform((2, 3, 4), seed=8), None),
-                      {"normalized_shape": (4,), "eps": 1e-3})
+    yield SampleInput(
+        (S.uniform((3, 5), seed=1), S.uniform((3, 5), seed=2), S.uniform((5,), seed=3)),
+        {"normalized_shape": (5,), "eps": 1e-5},
+    )
+    yield SampleInput(
+        (S.uniform((2, 3, 4), seed=4), S.uniform((2, 3, 4), seed=5), S.uniform((3, 4), seed=6)),
+        {"normalized_shape": (3, 4), "eps": 1e-5},
+    )
+    yield SampleInput(
+        (S.uniform((2, 3, 4), seed=7), S.uniform((2, 3, 4), seed=8), None), {"normalized_shape": (4,), "eps": 1e-3}
+    )
     yield from _ln_errors((S.uniform((3, 5), seed=3),))
-    yield ErrorInput((S.uniform((3, 4)), S.uniform((3, 5)), None), {"normalized_shape": (5,), "eps": 1e-5}, OpError,
-                     "'grad_output' must match the input")
+    yield ErrorInput(
+        (S.uniform((3, 4)), S.uniform((3, 5)), None),
+        {"normalized_shape": (5,), "eps": 1e-5},
+        OpError,
+        "'grad_output' must match the input",
+    )
 
 
 set_samples(LAYER_NORM, _ln_samples)

@@ -46,12 +46,16 @@ def check_pool_params(op: str, in_size, ks, st, pad, dil, ceil_mode: bool, names
             raise OpError(op, f"'{name}' must be {'positive' if lo else 'non-negative'}, got {v}")
     for k, p in zip(ks, pad):
         if p > k // 2:
-            raise OpError(op, f"'padding' should be at most half of the kernel size, got padding {pad} for "
-                              f"kernel_size {ks}")
+            raise OpError(
+                op, f"'padding' should be at most half of the kernel size, got padding {pad} for kernel_size {ks}"
+            )
     out = tuple(pool_out_len(L, k, s, p, d, ceil_mode) for L, k, s, p, d in zip(in_size, ks, st, pad, dil))
     if any(o < 1 for o in out):
-        raise OpError(op, f"the output size {out} is too small (< 1) for input size {tuple(in_size)} with "
-                          f"kernel_size {ks}, stride {st}, padding {pad}, dilation {dil}")
+        raise OpError(
+            op,
+            f"the output size {out} is too small (< 1) for input size {tuple(in_size)} with "
+            f"kernel_size {ks}, stride {st}, padding {pad}, dilation {dil}",
+        )
     return out
 
 
@@ -64,8 +68,9 @@ def _max_pool_meta(x, kernel_size=(1, 1), stride=(1, 1), padding=(0, 0), dilatio
 
 def _check_indices(op: str, t, idx):
     if len(idx.shape) != 4 or tuple(idx.shape[:2]) != tuple(t.shape[:2]):
-        raise OpError(op, f"'indices' must be 4-d with batch and channels {tuple(t.shape[:2])}, got shape "
-                          f"{tuple(idx.shape)}")
+        raise OpError(
+            op, f"'indices' must be 4-d with batch and channels {tuple(t.shape[:2])}, got shape {tuple(idx.shape)}"
+        )
     return M.check_same_device(op, t, idx)
 
 
@@ -98,8 +103,9 @@ def _gather_meta(x, idx):
     return M.TensorMeta(tuple(idx.shape), x.dtype, dev)
 
 
-def _avg_meta(x, kernel_size=(1, 1), stride=(1, 1), padding=(0, 0), ceil_mode=False, count_include_pad=True,
-              divisor_override=None):
+def _avg_meta(
+    x, kernel_size=(1, 1), stride=(1, 1), padding=(0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     M.check_ndim("avg_pool2d", x, 4)
     if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
         raise OpError("avg_pool2d", f"'divisor_override' must be a non-zero int, got {divisor_override!r}")
@@ -107,16 +113,27 @@ def _avg_meta(x, kernel_size=(1, 1), stride=(1, 1), padding=(0, 0), ceil_mode=Fa
     return M.TensorMeta(tuple(x.shape[:2]) + (ho, wo), x.dtype, x.device)
 
 
-def _avg_bw_meta(g, input_size=(), kernel_size=(1, 1), stride=(1, 1), padding=(0, 0), ceil_mode=False,
-                 count_include_pad=True, divisor_override=None):
+def _avg_bw_meta(
+    g,
+    input_size=(),
+    kernel_size=(1, 1),
+    stride=(1, 1),
+    padding=(0, 0),
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
     op = "avg_pool2d_backward"
     M.check_ndim(op, g, 4, "grad_output")
     if len(input_size) != 2 or any(not isinstance(s, int) or s < 1 for s in input_size):
         raise OpError(op, f"'input_size' must be 2 positive ints (H, W), got {input_size}")
     out = check_pool_params(op, tuple(input_size), kernel_size, stride, padding, (1, 1), ceil_mode)
     if out != tuple(g.shape[2:]):
-        raise OpError(op, f"an input of size {tuple(input_size)} pools to {out}, but 'grad_output' has spatial "
-                          f"size {tuple(g.shape[2:])}")
+        raise OpError(
+            op,
+            f"an input of size {tuple(input_size)} pools to {out}, but 'grad_output' has spatial "
+            f"size {tuple(g.shape[2:])}",
+        )
     return M.TensorMeta(tuple(g.shape[:2]) + tuple(input_size), g.dtype, g.device)
 
 
@@ -164,32 +181,78 @@ def _avg_bw_grad(ctx, gg):
     return (call(AVG_POOL2D, gg, **a),)
 
 
-_WIN = [Attr("kernel_size", tuple, items=int), Attr("stride", tuple, items=int),
-        Attr("padding", tuple, (0, 0), items=int)]
-_AVG_ATTRS = _WIN + [Attr("ceil_mode", bool, False), Attr("count_include_pad", bool, True),
-                     Attr("divisor_override", int, None)]
+_WIN = [
+    Attr("kernel_size", tuple, items=int),
+    Attr("stride", tuple, items=int),
+    Attr("padding", tuple, (0, 0), items=int),
+]
+_AVG_ATTRS = _WIN + [
+    Attr("ceil_mode", bool, False),
+    Attr("count_include_pad", bool, True),
+    Attr("divisor_override", int, None),
+]
 _INDICES = {"indices": INDEX64}
 # As PyTorch on the CPU: max pooling takes integers, average pooling int64 (truncating), adaptive pooling floats.
-_AVG_DTYPES = dtypes(names=["float16", "bfloat16", "float32", "float64", "int64"],
-                     text="a floating-point or int64 tensor")
+_AVG_DTYPES = dtypes(
+    names=["float16", "bfloat16", "float32", "float64", "int64"], text="a floating-point or int64 tensor"
+)
 
-MAX_POOL2D = defop("max_pool2d", ["input"],
-                   _WIN + [Attr("dilation", tuple, (1, 1), items=int), Attr("ceil_mode", bool, False)],
-                   outputs=("out", "indices"), meta=_max_pool_meta, dtypes=NUMERIC, grad=_max_grad, save="outputs")
-MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", ["grad_output", "indices"],
-                            [Attr("input_size", tuple, items=int)], meta=_max_bw_meta,
-                            dtypes={"grad_output": FLOAT, **_INDICES}, grad=_max_bw_grad, save="inputs")
-MAX_POOL2D_GATHER = defop("max_pool2d_gather", ["input", "indices"], meta=_gather_meta,
-                          dtypes={"input": ANY, **_INDICES}, grad=_gather_grad, save="inputs")
-MAX_UNPOOL2D = defop("max_unpool2d", ["input", "indices"], [Attr("output_size", tuple, items=int)],
-                     meta=_unpool_meta, dtypes={"input": ANY, **_INDICES}, grad=_unpool_grad, save="inputs")
-AVG_POOL2D = defop("avg_pool2d", ["input"], _AVG_ATTRS, meta=_avg_meta, dtypes=_AVG_DTYPES, grad=_avg_grad,
-                   save="none")
-AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", ["grad_output"], [Attr("input_size", tuple, items=int)] + _AVG_ATTRS,
-                            meta=_avg_bw_meta, dtypes=FLOAT, grad=_avg_bw_grad, save="none")
-ADAPTIVE_MAX_POOL2D = defop("adaptive_max_pool2d", ["input"], [Attr("output_size", tuple, items=int)],
-                            outputs=("out", "indices"), meta=_adaptive_max_meta, dtypes=FLOAT, grad=_max_grad,
-                            save="outputs")
+MAX_POOL2D = defop(
+    "max_pool2d",
+    ["input"],
+    _WIN + [Attr("dilation", tuple, (1, 1), items=int), Attr("ceil_mode", bool, False)],
+    outputs=("out", "indices"),
+    meta=_max_pool_meta,
+    dtypes=NUMERIC,
+    grad=_max_grad,
+    save="outputs",
+)
+MAX_POOL2D_BACKWARD = defop(
+    "max_pool2d_backward",
+    ["grad_output", "indices"],
+    [Attr("input_size", tuple, items=int)],
+    meta=_max_bw_meta,
+    dtypes={"grad_output": FLOAT, **_INDICES},
+    grad=_max_bw_grad,
+    save="inputs",
+)
+MAX_POOL2D_GATHER = defop(
+    "max_pool2d_gather",
+    ["input", "indices"],
+    meta=_gather_meta,
+    dtypes={"input": ANY, **_INDICES},
+    grad=_gather_grad,
+    save="inputs",
+)
+MAX_UNPOOL2D = defop(
+    "max_unpool2d",
+    ["input", "indices"],
+    [Attr("output_size", tuple, items=int)],
+    meta=_unpool_meta,
+    dtypes={"input": ANY, **_INDICES},
+    grad=_unpool_grad,
+    save="inputs",
+)
+AVG_POOL2D = defop("avg_pool2d", ["input"], _AVG_ATTRS, meta=_avg_meta, dtypes=_AVG_DTYPES, grad=_avg_grad, save="none")
+AVG_POOL2D_BACKWARD = defop(
+    "avg_pool2d_backward",
+    ["grad_output"],
+    [Attr("input_size", tuple, items=int)] + _AVG_ATTRS,
+    meta=_avg_bw_meta,
+    dtypes=FLOAT,
+    grad=_avg_bw_grad,
+    save="none",
+)
+ADAPTIVE_MAX_POOL2D = defop(
+    "adaptive_max_pool2d",
+    ["input"],
+    [Attr("output_size", tuple, items=int)],
+    outputs=("out", "indices"),
+    meta=_adaptive_max_meta,
+    dtypes=FLOAT,
+    grad=_max_grad,
+    save="outputs",
+)
 
 
 # -- kernels -------------------------------------------------------------------------------------------
@@ -240,14 +303,19 @@ def _max_pool_kernel(xp):
     def run(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False):
         N, C, H, W = x.shape
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
-        Ho, Wo = (pool_out_len(L, k, s, p, d, ceil_mode) for L, k, s, p, d in
-                  zip((H, W), kernel_size, stride, padding, dilation))
+        Ho, Wo = (
+            pool_out_len(L, k, s, p, d, ceil_mode)
+            for L, k, s, p, d in zip((H, W), kernel_size, stride, padding, dilation)
+        )
         need_h, need_w = (Ho - 1) * sh + dh * (kh - 1) + 1, (Wo - 1) * sw + dw * (kw - 1) + 1
         lowest = _lowest(x)
         xpad = pad2d(xp, x, (ph, need_h - H - ph, pw, need_w - W - pw), value=lowest)
         r0, c0 = np.arange(Ho) * sh - ph, np.arange(Wo) * sw - pw
-        taps = [(window(xpad, i, j, stride, dilation, Ho, Wo), (r0 + i * dh)[:, None] * W + (c0 + j * dw))
-                for i in range(kh) for j in range(kw)]
+        taps = [
+            (window(xpad, i, j, stride, dilation, Ho, Wo), (r0 + i * dh)[:, None] * W + (c0 + j * dw))
+            for i in range(kh)
+            for j in range(kw)
+        ]
         # PyTorch starts each window at its first in-bounds tap with the value -inf
         fr, fc = r0 + (-(np.minimum(r0, 0)) + dh - 1) // dh * dh, c0 + (-(np.minimum(c0, 0)) + dw - 1) // dw * dw
         return _running_max(xp, taps, (N, C, Ho, Wo), _has_nan(xp, x), fr[:, None] * W + fc[None, :], lowest)
@@ -285,8 +353,9 @@ def _check_flat(op: str, idx, size) -> None:
     if idx.size and hasattr(idx, "min"):
         lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= size[0] * size[1]:
-            raise OpIndexError(op, f"index {lo if lo < 0 else hi} is out of range for a plane of size "
-                                   f"{size[0]}x{size[1]}")
+            raise OpIndexError(
+                op, f"index {lo if lo < 0 else hi} is out of range for a plane of size {size[0]}x{size[1]}"
+            )
 
 
 @kernel(MAX_POOL2D_BACKWARD)
@@ -358,8 +427,9 @@ def _div_array(xp, div, dtype):
 def _avg_kernel(xp):
     def run(x, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None):
         N, C, H, W = x.shape
-        Ho, Wo, pads, div, tiles = _avg_geometry(H, W, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                                 divisor_override)
+        Ho, Wo, pads, div, tiles = _avg_geometry(
+            H, W, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+        )
         kh, kw = kernel_size
         if tiles and kh * kw > 4:  # large tiling windows (global pooling): reduce contiguous axes
             s = x.reshape(N, C, Ho, kh, Wo, kw).sum(axis=5).sum(axis=3)
@@ -379,12 +449,21 @@ def _avg_kernel(xp):
 
 @kernel(AVG_POOL2D_BACKWARD)
 def _avg_bw_kernel(xp):
-    def run(g, input_size, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_include_pad=True,
-            divisor_override=None):
+    def run(
+        g,
+        input_size,
+        kernel_size,
+        stride,
+        padding=(0, 0),
+        ceil_mode=False,
+        count_include_pad=True,
+        divisor_override=None,
+    ):
         N, C = g.shape[:2]
         H, W = input_size
-        Ho, Wo, pads, div, tiles = _avg_geometry(H, W, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                                 divisor_override)
+        Ho, Wo, pads, div, tiles = _avg_geometry(
+            H, W, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+        )
         kh, kw = kernel_size
         gd = (g / _div_array(xp, div, g.dtype)).astype(g.dtype, copy=False)
         if tiles:
@@ -397,135 +476,5 @@ def _avg_bw_kernel(xp):
 
     return run
 
-
-# -- opcheck samples (distinct, well separated values: no max-pool ties) ------------------------------
-from flow.ops import _samples as S  # noqa: E402
-from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import ErrorInput, SampleInput  # noqa: E402
-
-
-def _distinct(shape, seed):
-    n = int(np.prod(shape))
-    return S.t((S.rng(seed).permutation(n) * (4.0 / n) - 2.0).reshape(shape))
-
-
-_MAX_CASES = [
-    ((1, 2, 5, 5), dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False)),
-    ((1, 2, 5, 5), dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=True)),
-    ((2, 1, 6, 5), dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), dilation=(2, 1), ceil_mode=False)),
-]
-_AVG_CASES = [
-    ((1, 2, 4, 6), dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), ceil_mode=False, count_include_pad=True,
-                        divisor_override=None)),
-    ((1, 2, 5, 5), dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), ceil_mode=True, count_include_pad=False,
-                        divisor_override=None)),
-    ((2, 1, 5, 6), dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), ceil_mode=False, count_include_pad=True,
-                        divisor_override=None)),
-    ((1, 1, 5, 5), dict(kernel_size=(2, 2), stride=(3, 3), padding=(1, 0), ceil_mode=True, count_include_pad=True,
-                        divisor_override=3)),
-]
-_ADAPTIVE_CASES = [((1, 2, 5, 7), (3, 4)), ((2, 1, 6, 6), (3, 2)), ((1, 1, 4, 3), (4, 5))]
-
-
-def _pooled(shape, at, seed, adaptive=False):
-    x = _distinct(shape, seed)
-    with_idx = call(ADAPTIVE_MAX_POOL2D, x, output_size=at) if adaptive else call(MAX_POOL2D, x, **at)
-    return x, with_idx[1]
-
-
-def _window_errors(x, at):
-    """Error inputs for bad pooling windows of ``x`` (attributes ``at``)."""
-    yield ErrorInput((x[0],), at, OpError, "'input' must be 4-d")
-    yield ErrorInput((x,), {**at, "kernel_size": (0, 2)}, OpError, "'kernel_size' must be positive")
-    yield ErrorInput((x,), {**at, "stride": (2,)}, OpTypeError, "'stride' must be 2 int(s)")
-    yield ErrorInput((x,), {**at, "padding": (-1, 0)}, OpError, "'padding' must be non-negative")
-    yield ErrorInput((x,), {**at, "kernel_size": (2, 2), "padding": (2, 0)}, OpError, "at most half of the kernel")
-    yield ErrorInput((x,), {**at, "kernel_size": (9, 2), "padding": (0, 0)}, OpError, "too small")
-
-
-def _max_samples():
-    for k, (shape, at) in enumerate(_MAX_CASES):
-        yield SampleInput((_distinct(shape, k),), dict(at))
-    yield SampleInput((S.ints((1, 2, 4, 4), -5, 5, seed=3),), dict(_MAX_CASES[0][1]))
-    x, at = _distinct((1, 2, 5, 5), 0), _MAX_CASES[0][1]
-    yield from _window_errors(x, at)
-    yield ErrorInput((x,), {**at, "dilation": (0, 1)}, OpError, "'dilation' must be positive")
-
-
-def _adaptive_max_samples():
-    for k, (shape, out) in enumerate(_ADAPTIVE_CASES):
-        yield SampleInput((_distinct(shape, 10 + k),), {"output_size": out})
-    x = _distinct((1, 2, 5, 7), 10)
-    yield ErrorInput((x,), {"output_size": (0, 2)}, OpError, "'output_size' must be 2 positive ints")
-    yield ErrorInput((x,), {"output_size": (2,)}, OpError, "'output_size' must be 2 positive ints")
-    yield ErrorInput((x[0],), {"output_size": (2, 2)}, OpError, "'input' must be 4-d")
-    yield ErrorInput((S.uniform((1, 2, 0, 3)),), {"output_size": (2, 2)}, OpError, "non-empty spatial dims")
-
-
-def _max_bw_samples():
-    for k, (shape, at) in enumerate(_MAX_CASES):
-        x, idx = _pooled(shape, at, k)
-        yield SampleInput((S.uniform(tuple(idx.shape), seed=20 + k), idx), {"input_size": tuple(shape[2:])})
-    x, idx = _pooled((1, 1, 5, 5), (2, 2), 30, adaptive=True)  # overlapping windows: repeated indices
-    yield SampleInput((S.uniform(tuple(idx.shape), seed=31), idx), {"input_size": (5, 5)})
-    g = S.uniform(tuple(idx.shape), seed=31)
-    yield ErrorInput((g, idx[:, :, :1]), {"input_size": (5, 5)}, OpError, "must equal 'grad_output' shape")
-    yield ErrorInput((g, idx[0]), {"input_size": (5, 5)}, OpError, "'indices' must be 4-d")
-    yield ErrorInput((g, idx), {"input_size": (5, 0)}, OpError, "'input_size' must be 2 positive ints")
-    yield ErrorInput((g, idx), {"input_size": (2, 2)}, OpIndexError, "out of range", values=True)
-    yield ErrorInput((g[0], idx), {"input_size": (5, 5)}, OpError, "'grad_output' must be 4-d")
-
-
-def _gather_samples():
-    for k, (shape, at) in enumerate(_MAX_CASES):
-        x, idx = _pooled(shape, at, k)
-        yield SampleInput((S.uniform(shape, seed=40 + k), idx))
-    x, idx = _pooled(*_MAX_CASES[0], 0)
-    yield SampleInput((x[:, :0], idx[:, :0]))
-    yield ErrorInput((x[0], idx), {}, OpError, "'input' must be 4-d")
-    yield ErrorInput((x, idx[:, :1]), {}, OpError, "'indices' must be 4-d with batch and channels (1, 2)")
-    yield ErrorInput((x, idx + 25), {}, OpIndexError, "out of range", values=True)
-
-
-def _unpool_samples():
-    for k, (shape, at) in enumerate(_MAX_CASES[:1]):
-        x, idx = _pooled(shape, at, k)
-        yield SampleInput((S.uniform(tuple(idx.shape), seed=70 + k), idx), {"output_size": tuple(shape[2:])})
-    x, idx = _pooled(*_MAX_CASES[0], 0)
-    v = S.uniform(tuple(idx.shape), seed=70)
-    yield ErrorInput((v, idx[:, :, :1]), {"output_size": (5, 5)}, OpError, "must equal 'input' shape")
-    yield ErrorInput((v, idx), {"output_size": (5,)}, OpError, "'output_size' must be 2 positive ints")
-    yield ErrorInput((v, idx), {"output_size": (1, 1)}, OpIndexError, "out of range", values=True)
-
-
-def _avg_samples():
-    for k, (shape, at) in enumerate(_AVG_CASES):
-        yield SampleInput((S.uniform(shape, seed=50 + k),), dict(at))
-    yield SampleInput((S.ints((1, 2, 4, 6), -7, 8, seed=3),), dict(_AVG_CASES[0][1]))
-    yield SampleInput((S.ints((1, 2, 5, 5), -7, 8, seed=4),), dict(_AVG_CASES[1][1]))
-    x, at = S.uniform((1, 2, 4, 6), seed=50), _AVG_CASES[0][1]
-    yield from _window_errors(x, at)
-    yield ErrorInput((x,), {**at, "divisor_override": 0}, OpError, "'divisor_override' must be a non-zero int")
-
-
-def _avg_bw_samples():
-    for k, (shape, at) in enumerate(_AVG_CASES):
-        out = _avg_geometry(shape[2], shape[3], at["kernel_size"], at["stride"], at["padding"], at["ceil_mode"],
-                            at["count_include_pad"], at["divisor_override"])[:2]
-        yield SampleInput((S.uniform(shape[:2] + tuple(out), seed=60 + k),), dict(at, input_size=tuple(shape[2:])))
-    at = dict(_AVG_CASES[0][1], input_size=(4, 6))
-    g = S.uniform((1, 2, 2, 3), seed=60)
-    yield ErrorInput((g,), {**at, "input_size": (4, 8)}, OpError, "pools to (2, 4)")
-    yield ErrorInput((g,), {**at, "input_size": (4,)}, OpError, "'input_size' must be 2 positive ints")
-    yield ErrorInput((g[0],), at, OpError, "'grad_output' must be 4-d")
-
-
-set_samples(MAX_POOL2D, _max_samples)
-set_samples(ADAPTIVE_MAX_POOL2D, _adaptive_max_samples)
-set_samples(MAX_POOL2D_BACKWARD, _max_bw_samples)
-set_samples(MAX_POOL2D_GATHER, _gather_samples)
-set_samples(MAX_UNPOOL2D, _unpool_samples)
-set_samples(AVG_POOL2D, _avg_samples)
-set_samples(AVG_POOL2D_BACKWARD, _avg_bw_samples)
 
 __all__: list[str] = []

@@ -49,8 +49,7 @@ def _embb_meta(g, idx, num_weights=0, padding_idx=None, scale_grad_by_freq=False
         raise OpError(op, f"'num_weights' must be non-negative, got {num_weights}")
     _check_padding(op, padding_idx, num_weights)
     if tuple(g.shape[:-1]) != tuple(idx.shape) or len(g.shape) != len(idx.shape) + 1:
-        raise OpError(op, f"'grad_output' must have shape {tuple(idx.shape)} + (embedding_dim,), got "
-                          f"{tuple(g.shape)}")
+        raise OpError(op, f"'grad_output' must have shape {tuple(idx.shape)} + (embedding_dim,), got {tuple(g.shape)}")
     return M.TensorMeta((num_weights, g.shape[-1]), g.dtype, M.check_same_device(op, g, idx))
 
 
@@ -72,8 +71,11 @@ def _bag_meta(w, idx, offs, psw=None, mode="mean", padding_idx=None, include_las
         if mode != "sum":
             raise OpError(op, f"'per_sample_weights' is only supported for mode='sum', got mode={mode!r}")
         if tuple(psw.shape) != tuple(idx.shape) or psw.dtype != w.dtype:
-            raise OpError(op, f"'per_sample_weights' must be {tuple(idx.shape)} {w.dtype} like 'input', got "
-                              f"{tuple(psw.shape)} {psw.dtype}")
+            raise OpError(
+                op,
+                f"'per_sample_weights' must be {tuple(idx.shape)} {w.dtype} like 'input', got "
+                f"{tuple(psw.shape)} {psw.dtype}",
+            )
     if mode not in MODES:
         raise OpError(op, f"'mode' must be one of {MODES}, got {mode!r}")
     from flow import _dtype as D
@@ -83,8 +85,7 @@ def _bag_meta(w, idx, offs, psw=None, mode="mean", padding_idx=None, include_las
     return M.TensorMeta((b, w.shape[1]), w.dtype, dev), M.TensorMeta(mshape, D.int64, dev)
 
 
-def _bagb_meta(g, idx, offs, psw, max_indices, num_weights=0, mode="mean", padding_idx=None,
-               include_last_offset=False):
+def _bagb_meta(g, idx, offs, psw, max_indices, num_weights=0, mode="mean", padding_idx=None, include_last_offset=False):
     op = "embedding_bag_backward"
     if num_weights < 0:
         raise OpError(op, f"'num_weights' must be non-negative, got {num_weights}")
@@ -93,11 +94,17 @@ def _bagb_meta(g, idx, offs, psw, max_indices, num_weights=0, mode="mean", paddi
     if len(g.shape) != 2 or g.shape[0] != b:
         raise OpError(op, f"'grad_output' must have shape ({b}, embedding_dim), got {tuple(g.shape)}")
     if psw is not None and (mode != "sum" or tuple(psw.shape) != tuple(idx.shape) or psw.dtype != g.dtype):
-        raise OpError(op, f"'per_sample_weights' must be {tuple(idx.shape)} {g.dtype} like 'input' (mode 'sum' only), "
-                          f"got {tuple(psw.shape)} {psw.dtype} with mode={mode!r}")
+        raise OpError(
+            op,
+            f"'per_sample_weights' must be {tuple(idx.shape)} {g.dtype} like 'input' (mode 'sum' only), "
+            f"got {tuple(psw.shape)} {psw.dtype} with mode={mode!r}",
+        )
     if mode == "max" and tuple(max_indices.shape) != tuple(g.shape):
-        raise OpError(op, f"'max_indices' must have the shape {tuple(g.shape)} of 'grad_output' in mode 'max', "
-                          f"got {tuple(max_indices.shape)}")
+        raise OpError(
+            op,
+            f"'max_indices' must have the shape {tuple(g.shape)} of 'grad_output' in mode 'max', "
+            f"got {tuple(max_indices.shape)}",
+        )
     return M.TensorMeta((num_weights, g.shape[1]), g.dtype, M.check_same_device(op, g, idx, offs))
 
 
@@ -281,8 +288,14 @@ def _const(ref, a, dtype=None):
 def _emb_grad(ctx, g):
     w, idx = ctx.inputs
     a = ctx.attrs
-    return call(EMBEDDING_BACKWARD, g, idx, num_weights=w.shape[0], padding_idx=a.get("padding_idx"),
-                scale_grad_by_freq=a.get("scale_grad_by_freq", False)), None
+    return call(
+        EMBEDDING_BACKWARD,
+        g,
+        idx,
+        num_weights=w.shape[0],
+        padding_idx=a.get("padding_idx"),
+        scale_grad_by_freq=a.get("scale_grad_by_freq", False),
+    ), None
 
 
 def _embb_grad(ctx, gg):
@@ -303,8 +316,13 @@ def _embb_grad(ctx, gg):
 
 def _bag_ids(idx, offs, a):
     """Bag of each index (int64, -1 where it takes no part), as the embedding_bag_ids op."""
-    return call(EMBEDDING_BAG_IDS, idx, offs, padding_idx=a.get("padding_idx"),
-                include_last_offset=a.get("include_last_offset", False))
+    return call(
+        EMBEDDING_BAG_IDS,
+        idx,
+        offs,
+        padding_idx=a.get("padding_idx"),
+        include_last_offset=a.get("include_last_offset", False),
+    )
 
 
 def _psw_grad(g, table, idx, offs, a):
@@ -371,29 +389,66 @@ def _ids_kernel(xp):
 
 
 # A table of any dtype (as PyTorch's embedding); bags average, so they need floats. Indices: int32 or int64.
-_SPARSE_DTYPES = {"weight": FLOAT, "grad_output": FLOAT, "per_sample_weights": FLOAT, "input": INDEX,
-                  "indices": INDEX, "offsets": INDEX, "max_indices": INDEX64}
+_SPARSE_DTYPES = {
+    "weight": FLOAT,
+    "grad_output": FLOAT,
+    "per_sample_weights": FLOAT,
+    "input": INDEX,
+    "indices": INDEX,
+    "offsets": INDEX,
+    "max_indices": INDEX64,
+}
 
 
 def _dt(*names, **over):
     return {n: over.get(n, _SPARSE_DTYPES[n]) for n in names}
 
 
-EMBEDDING = defop("embedding", ["weight", "input"], [_PAD, Attr("scale_grad_by_freq", bool, False)],
-                  meta=_emb_meta, dtypes=_dt("weight", "input", weight=ANY), grad=_emb_grad, save="inputs")
-EMBEDDING_BACKWARD = defop("embedding_backward", ["grad_output", "indices"],
-                           [Attr("num_weights", int), _PAD, Attr("scale_grad_by_freq", bool, False)],
-                           meta=_embb_meta, dtypes=_dt("grad_output", "indices"), grad=_embb_grad, save="inputs")
-EMBEDDING_BAG = defop("embedding_bag", ["weight", "input", "offsets", "per_sample_weights?"], _BAG_ATTRS,
-                      outputs=("out", "max_indices"), meta=_bag_meta,
-                      dtypes=_dt("weight", "input", "offsets", "per_sample_weights"), grad=_bag_grad, save="both")
-EMBEDDING_BAG_IDS = defop("embedding_bag_ids", ["input", "offsets"], [_PAD, Attr("include_last_offset", bool, False)],
-                          meta=_ids_meta, dtypes=_dt("input", "offsets"), save="none")
-EMBEDDING_BAG_BACKWARD = defop("embedding_bag_backward", ["grad_output", "input", "offsets", "per_sample_weights?",
-                                                          "max_indices"],
-                               [Attr("num_weights", int)] + _BAG_ATTRS, meta=_bagb_meta,
-                               dtypes=_dt("grad_output", "input", "offsets", "per_sample_weights", "max_indices"),
-                               grad=_bagb_grad, save="inputs")
+EMBEDDING = defop(
+    "embedding",
+    ["weight", "input"],
+    [_PAD, Attr("scale_grad_by_freq", bool, False)],
+    meta=_emb_meta,
+    dtypes=_dt("weight", "input", weight=ANY),
+    grad=_emb_grad,
+    save="inputs",
+)
+EMBEDDING_BACKWARD = defop(
+    "embedding_backward",
+    ["grad_output", "indices"],
+    [Attr("num_weights", int), _PAD, Attr("scale_grad_by_freq", bool, False)],
+    meta=_embb_meta,
+    dtypes=_dt("grad_output", "indices"),
+    grad=_embb_grad,
+    save="inputs",
+)
+EMBEDDING_BAG = defop(
+    "embedding_bag",
+    ["weight", "input", "offsets", "per_sample_weights?"],
+    _BAG_ATTRS,
+    outputs=("out", "max_indices"),
+    meta=_bag_meta,
+    dtypes=_dt("weight", "input", "offsets", "per_sample_weights"),
+    grad=_bag_grad,
+    save="both",
+)
+EMBEDDING_BAG_IDS = defop(
+    "embedding_bag_ids",
+    ["input", "offsets"],
+    [_PAD, Attr("include_last_offset", bool, False)],
+    meta=_ids_meta,
+    dtypes=_dt("input", "offsets"),
+    save="none",
+)
+EMBEDDING_BAG_BACKWARD = defop(
+    "embedding_bag_backward",
+    ["grad_output", "input", "offsets", "per_sample_weights?", "max_indices"],
+    [Attr("num_weights", int)] + _BAG_ATTRS,
+    meta=_bagb_meta,
+    dtypes=_dt("grad_output", "input", "offsets", "per_sample_weights", "max_indices"),
+    grad=_bagb_grad,
+    save="inputs",
+)
 
 
 # -- opcheck samples -------------------------------------------------------------------------------------
@@ -446,11 +501,11 @@ def _bag_errors(lead, w, extra):
     tail = (None,) if w is not None else ()
     yield ErrorInput((*lead, idx[None], offs, *tail), extra, OpError, "'input' and 'offsets' must be 1-d")
     yield ErrorInput((*lead, idx, offs[None], *tail), extra, OpError, "'input' and 'offsets' must be 1-d")
-    yield ErrorInput((*lead, idx, offs[:0], *tail), {**extra, "include_last_offset": True}, OpError,
-                     "'offsets' must not be empty")
+    yield ErrorInput(
+        (*lead, idx, offs[:0], *tail), {**extra, "include_last_offset": True}, OpError, "'offsets' must not be empty"
+    )
     yield ErrorInput((*lead, idx, offs + 1, *tail), extra, OpError, "offsets[0] has to be 0", values=True)
-    yield ErrorInput((*lead, idx, S.t(np.array([0, 5, 3, 5])), *tail), extra, OpError, "non-decreasing",
-                     values=True)
+    yield ErrorInput((*lead, idx, S.t(np.array([0, 5, 3, 5])), *tail), extra, OpError, "non-decreasing", values=True)
 
 
 def _bag_samples():
@@ -487,8 +542,12 @@ set_samples(EMBEDDING, _emb_samples)
 set_samples(EMBEDDING_BACKWARD, _embb_samples)
 set_samples(EMBEDDING_BAG, _bag_samples)
 set_samples(EMBEDDING_BAG_BACKWARD, _bagb_samples)
-set_samples(EMBEDDING_BAG_IDS, lambda: [*(SampleInput((idx, offs), {k: v for k, v in kw.items() if k != "mode"})
-                                          for idx, offs, _, kw in _bag_cases()),
-                                        *_bag_errors((), None, {})])
+set_samples(
+    EMBEDDING_BAG_IDS,
+    lambda: [
+        *(SampleInput((idx, offs), {k: v for k, v in kw.items() if k != "mode"}) for idx, offs, _, kw in _bag_cases()),
+        *_bag_errors((), None, {}),
+    ],
+)
 
 __all__: list[str] = []

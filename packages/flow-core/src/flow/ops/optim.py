@@ -92,18 +92,23 @@ def _generic_meta(params, grads, states, lr, step, present, *, names=(), **attrs
     if len(states) != len(names) * len(params):
         raise OpError("optimizer_update", f"expected {len(names)} states per parameter, got {len(states)} in all")
     for k, name in enumerate(names):
-        _check_like("optimizer_update", params, states[k * len(params):(k + 1) * len(params)], f"state {name!r}")
+        _check_like("optimizer_update", params, states[k * len(params) : (k + 1) * len(params)], f"state {name!r}")
     if tuple(present.shape) != (len(names),):
-        raise OpError("optimizer_update", f"'present' must have one flag per state name ({len(names)},), got shape "
-                                          f"{tuple(present.shape)}")
+        raise OpError(
+            "optimizer_update",
+            f"'present' must have one flag per state name ({len(names)},), got shape {tuple(present.shape)}",
+        )
     try:
         cls = optimizer_class(attrs.get("optimizer", ""))[0]
     except (ImportError, AttributeError, ValueError) as e:
-        raise OpError("optimizer_update", f"'optimizer'={attrs.get('optimizer', '')!r} names no optimizer class "
-                                          f"('module:QualName'): {e}") from None
+        raise OpError(
+            "optimizer_update",
+            f"'optimizer'={attrs.get('optimizer', '')!r} names no optimizer class ('module:QualName'): {e}",
+        ) from None
     if not hasattr(cls, "_apply"):
-        raise OpError("optimizer_update", f"'optimizer'={attrs.get('optimizer')!r} has no _apply (not a flow "
-                                          "optimizer)")
+        raise OpError(
+            "optimizer_update", f"'optimizer'={attrs.get('optimizer')!r} has no _apply (not a flow optimizer)"
+        )
     return tuple(_m(p) for p in params) + tuple(_m(s) for s in states)
 
 
@@ -141,17 +146,30 @@ def _opt_samples(kind):
             yield ErrorInput((ps, gs, st, st2, [], lr, tensor(3)), {"amsgrad": True}, E, "max_exp_avg_sq")
             yield ErrorInput((ps, gs, st, st2, [], lr, tensor([3])), {}, E, "'step' must be a 0-d tensor")
         else:
-            hyper = (("alpha", 0.99), ("centered", False), ("eps", 1e-8), ("foreach", None), ("maximize", False),
-                     ("momentum", 0.0), ("weight_decay", 0.0), ("capturable", False), ("differentiable", False))
+            hyper = (
+                ("alpha", 0.99),
+                ("centered", False),
+                ("eps", 1e-8),
+                ("foreach", None),
+                ("maximize", False),
+                ("momentum", 0.0),
+                ("weight_decay", 0.0),
+                ("capturable", False),
+                ("differentiable", False),
+            )
             at = dict(optimizer="flow.optim.rmsprop:RMSprop", hyper=hyper, names=("square_avg",))
             yield SampleInput((ps, gs, st, lr, tensor(2), tensor([True])), at)
             yield ErrorInput((ps, short, st, lr, tensor(2), tensor([True])), at, E, "expected one gradient")
-            yield ErrorInput((ps, gs, st[:1], lr, tensor(2), tensor([True])), at, E,
-                             "expected 1 states per parameter")
-            yield ErrorInput((ps, gs, st, lr, tensor(2), tensor([True, False])), at, E,
-                             "'present' must have one flag per state name")
-            yield ErrorInput((ps, gs, st, lr, tensor(2), tensor([True])),
-                             {**at, "optimizer": "flow.optim:NoSuchOptimizer"}, E, "names no optimizer class")
+            yield ErrorInput((ps, gs, st[:1], lr, tensor(2), tensor([True])), at, E, "expected 1 states per parameter")
+            yield ErrorInput(
+                (ps, gs, st, lr, tensor(2), tensor([True, False])), at, E, "'present' must have one flag per state name"
+            )
+            yield ErrorInput(
+                (ps, gs, st, lr, tensor(2), tensor([True])),
+                {**at, "optimizer": "flow.optim:NoSuchOptimizer"},
+                E,
+                "names no optimizer class",
+            )
 
     return samples
 
@@ -161,29 +179,64 @@ def _opt_samples(kind):
 _COMMON = dict(save="none", eager_meta=True)
 
 sgd_update = defop(
-    "sgd_update", ["*params", "*grads", "*momentum_buffers", "lr", "first_step"],
-    [Attr("momentum", float, 0.0), Attr("dampening", float, 0.0), Attr("nesterov", bool, False),
-     Attr("weight_decay", float, 0.0), Attr("maximize", bool, False), Attr("inplace", bool, False)],
-    outputs=("params", "momentum_buffers"), meta=_sgd_meta, samples=_opt_samples("sgd"),
+    "sgd_update",
+    ["*params", "*grads", "*momentum_buffers", "lr", "first_step"],
+    [
+        Attr("momentum", float, 0.0),
+        Attr("dampening", float, 0.0),
+        Attr("nesterov", bool, False),
+        Attr("weight_decay", float, 0.0),
+        Attr("maximize", bool, False),
+        Attr("inplace", bool, False),
+    ],
+    outputs=("params", "momentum_buffers"),
+    meta=_sgd_meta,
+    samples=_opt_samples("sgd"),
     dtypes={"params": FLOAT, "grads": FLOAT, "momentum_buffers": FLOAT, "lr": FLOAT, "first_step": BOOL},
-    doc="torch.optim.SGD's update of a list of parameters (flow.optim.SGD.step)", **_COMMON)
+    doc="torch.optim.SGD's update of a list of parameters (flow.optim.SGD.step)",
+    **_COMMON,
+)
 
 adam_update = defop(
-    "adam_update", ["*params", "*grads", "*exp_avgs", "*exp_avg_sqs", "*max_exp_avg_sqs", "lr", "step"],
-    [Attr("beta1", float, 0.9), Attr("beta2", float, 0.999), Attr("eps", float, 1e-8),
-     Attr("weight_decay", float, 0.0), Attr("decoupled", bool, False), Attr("amsgrad", bool, False),
-     Attr("maximize", bool, False), Attr("inplace", bool, False)],
-    outputs=("params", "states"), meta=_adam_meta, samples=_opt_samples("adam"),
-    dtypes={"params": FLOAT, "grads": FLOAT, "exp_avgs": FLOAT, "exp_avg_sqs": FLOAT, "max_exp_avg_sqs": FLOAT,
-            "lr": FLOAT, "step": INTEGER},
-    doc="torch.optim.Adam/AdamW's update of a list of parameters (flow.optim.Adam.step)", **_COMMON)
+    "adam_update",
+    ["*params", "*grads", "*exp_avgs", "*exp_avg_sqs", "*max_exp_avg_sqs", "lr", "step"],
+    [
+        Attr("beta1", float, 0.9),
+        Attr("beta2", float, 0.999),
+        Attr("eps", float, 1e-8),
+        Attr("weight_decay", float, 0.0),
+        Attr("decoupled", bool, False),
+        Attr("amsgrad", bool, False),
+        Attr("maximize", bool, False),
+        Attr("inplace", bool, False),
+    ],
+    outputs=("params", "states"),
+    meta=_adam_meta,
+    samples=_opt_samples("adam"),
+    dtypes={
+        "params": FLOAT,
+        "grads": FLOAT,
+        "exp_avgs": FLOAT,
+        "exp_avg_sqs": FLOAT,
+        "max_exp_avg_sqs": FLOAT,
+        "lr": FLOAT,
+        "step": INTEGER,
+    },
+    doc="torch.optim.Adam/AdamW's update of a list of parameters (flow.optim.Adam.step)",
+    **_COMMON,
+)
 
 optimizer_update = defop(
-    "optimizer_update", ["*params", "*grads", "*states", "lr", "step", "present"],
+    "optimizer_update",
+    ["*params", "*grads", "*states", "lr", "step", "present"],
     [Attr("optimizer", str, ""), Attr("hyper", tuple, ()), Attr("names", tuple, ()), Attr("inplace", bool, False)],
-    outputs=("params", "states"), meta=_generic_meta, samples=_opt_samples("generic"),
+    outputs=("params", "states"),
+    meta=_generic_meta,
+    samples=_opt_samples("generic"),
     dtypes={"params": FLOAT, "grads": FLOAT, "states": ANY, "lr": FLOAT, "step": INTEGER, "present": BOOL},
-    doc="any other optimizer's update (its _apply), e.g. flow.optim.RMSprop.step", **_COMMON)
+    doc="any other optimizer's update (its _apply), e.g. flow.optim.RMSprop.step",
+    **_COMMON,
+)
 
 #: the optimizer update ops, by name
 UPDATE_OPS = frozenset({"sgd_update", "adam_update", "optimizer_update"})

@@ -43,7 +43,7 @@ def _contiguous_run(arrays):
         refs, base_ref, off, n = hit
         base = base_ref()
         if base is not None and all(r() is a for r, a in zip(refs, arrays)):
-            return base.reshape(-1)[off:off + n]
+            return base.reshape(-1)[off : off + n]
     a0 = arrays[0]
     base = a0.base if a0.base is not None else a0
     if not base.flags.c_contiguous:
@@ -60,11 +60,11 @@ def _contiguous_run(arrays):
     try:
         entry = ([weakref.ref(a) for a in arrays], weakref.ref(base), off, n)
     except TypeError:  # an array type without weak references: no caching
-        return base.reshape(-1)[off:off + n]
+        return base.reshape(-1)[off : off + n]
     if len(_RUNS) > 512:
         _RUNS.clear()
     _RUNS[key] = entry
-    return base.reshape(-1)[off:off + n]
+    return base.reshape(-1)[off : off + n]
 
 
 def _flat(xp, arrays, inplace: bool):
@@ -79,7 +79,7 @@ def _flat(xp, arrays, inplace: bool):
     def back():
         o = 0
         for a in arrays:
-            a[...] = flat[o:o + a.size].reshape(a.shape)
+            a[...] = flat[o : o + a.size].reshape(a.shape)
             o += a.size
 
     return flat, back
@@ -137,16 +137,41 @@ def _prepare(params, states, inplace):
 
 @kernel("sgd_update")
 def _sgd_kernel(xp):
-    def sgd_update(params, grads, bufs, lr, first_step, *, momentum=0.0, dampening=0.0, nesterov=False,
-                   weight_decay=0.0, maximize=False, inplace=False):
+    def sgd_update(
+        params,
+        grads,
+        bufs,
+        lr,
+        first_step,
+        *,
+        momentum=0.0,
+        dampening=0.0,
+        nesterov=False,
+        weight_decay=0.0,
+        maximize=False,
+        inplace=False,
+    ):
         params, bufs = _prepare(params, bufs, inplace)
         lr, first = float(lr), bool(first_step)
         for i0, i1 in _chunks(params):
             ps = params[i0:i1]
             buf, back = _flat(xp, bufs[i0:i1], inplace) if bufs else (None, None)
             _, cd, scratch = _ctx(xp, ps)
-            sgd_step(xp, ps, grads[i0:i1], buf, cd, scratch, lr, float(momentum), float(dampening),
-                     bool(nesterov), float(weight_decay), first, bool(maximize))
+            sgd_step(
+                xp,
+                ps,
+                grads[i0:i1],
+                buf,
+                cd,
+                scratch,
+                lr,
+                float(momentum),
+                float(dampening),
+                bool(nesterov),
+                float(weight_decay),
+                first,
+                bool(maximize),
+            )
             if back is not None:
                 back()
         return tuple(params) + tuple(bufs)
@@ -156,19 +181,52 @@ def _sgd_kernel(xp):
 
 @kernel("adam_update")
 def _adam_kernel(xp):
-    def adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, step, *, beta1=0.9, beta2=0.999,
-                    eps=1e-8, weight_decay=0.0, decoupled=False, amsgrad=False, maximize=False, inplace=False):
+    def adam_update(
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        max_exp_avg_sqs,
+        lr,
+        step,
+        *,
+        beta1=0.9,
+        beta2=0.999,
+        eps=1e-8,
+        weight_decay=0.0,
+        decoupled=False,
+        amsgrad=False,
+        maximize=False,
+        inplace=False,
+    ):
         n = len(params)
         params, states = _prepare(params, list(exp_avgs) + list(exp_avg_sqs) + list(max_exp_avg_sqs), inplace)
         lr, step = float(lr), int(step)
         for i0, i1 in _chunks(params):
             ps = params[i0:i1]
             m, m_back = _flat(xp, states[i0:i1], inplace)
-            v, v_back = _flat(xp, states[n + i0:n + i1], inplace)
-            vmax, x_back = _flat(xp, states[2 * n + i0:2 * n + i1], inplace) if amsgrad else (None, None)
+            v, v_back = _flat(xp, states[n + i0 : n + i1], inplace)
+            vmax, x_back = _flat(xp, states[2 * n + i0 : 2 * n + i1], inplace) if amsgrad else (None, None)
             _, cd, scratch = _ctx(xp, ps)
-            adam_step(xp, ps, grads[i0:i1], m, v, vmax, cd, scratch, step, lr, float(beta1), float(beta2),
-                      float(eps), float(weight_decay), bool(decoupled), bool(amsgrad), bool(maximize))
+            adam_step(
+                xp,
+                ps,
+                grads[i0:i1],
+                m,
+                v,
+                vmax,
+                cd,
+                scratch,
+                step,
+                lr,
+                float(beta1),
+                float(beta2),
+                float(eps),
+                float(weight_decay),
+                bool(decoupled),
+                bool(amsgrad),
+                bool(maximize),
+            )
             for back in (m_back, v_back, x_back):
                 if back is not None:
                     back()
@@ -196,8 +254,7 @@ def optimizer_class(path: str):
 
 @kernel("optimizer_update")
 def _generic_kernel(xp):
-    def optimizer_update(params, grads, states, lr, step, present, *, optimizer="", hyper=(), names=(),
-                         inplace=False):
+    def optimizer_update(params, grads, states, lr, step, present, *, optimizer="", hyper=(), names=(), inplace=False):
         cls, inst = optimizer_class(optimizer)
         n = len(params)
         params, states = _prepare(params, states, inplace)
@@ -209,7 +266,7 @@ def _generic_kernel(xp):
             ps = params[i0:i1]
             st, backs = {}, []
             for k, name in enumerate(names):
-                st[name], back = _flat(xp, states[k * n + i0:k * n + i1], inplace)
+                st[name], back = _flat(xp, states[k * n + i0 : k * n + i1], inplace)
                 backs.append(back)
             numels = np.array([int(a.size) for a in ps], dtype=np.int64)
             starts = np.concatenate([[0], np.cumsum(numels)[:-1]]).astype(np.int64)

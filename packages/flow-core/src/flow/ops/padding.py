@@ -28,7 +28,9 @@ def _padded_shape(op, shape, pad):
         d = len(shape) - 1 - i
         n = shape[d] + pad[2 * i] + pad[2 * i + 1]
         if n < 0:
-            raise OpError(op, f"padding {pad[2 * i:2 * i + 2]} of dim {d} (size {shape[d]}) gives a negative size {n}")
+            raise OpError(
+                op, f"padding {pad[2 * i : 2 * i + 2]} of dim {d} (size {shape[d]}) gives a negative size {n}"
+            )
         out[d] = n
     return tuple(out)
 
@@ -41,8 +43,15 @@ def _pad_grad(ctx, g):
     return (call(PAD, g, pad=tuple(-p for p in ctx.attrs["pad"]), value=0.0),)
 
 
-PAD = defop("constant_pad", ["input"], [Attr("pad", tuple, items=int), Attr("value", (float, int, bool), 0.0)],
-            meta=_pad_meta, dtypes=ANY, grad=_pad_grad, save="none")
+PAD = defop(
+    "constant_pad",
+    ["input"],
+    [Attr("pad", tuple, items=int), Attr("value", (float, int, bool), 0.0)],
+    meta=_pad_meta,
+    dtypes=ANY,
+    grad=_pad_grad,
+    save="none",
+)
 
 
 @kernel(PAD)
@@ -106,8 +115,11 @@ def pad(input, pad, mode: str = "constant", value=None):
         if mode == "reflect" and (lo >= n or hi >= n):
             raise OpError("pad", f"reflect padding {(lo, hi)} must be less than the size {n} of dim {d}")
         if mode == "circular" and (lo > n or hi > n):
-            raise OpError("pad", f"circular padding {(lo, hi)} must be at most the size {n} of dim {d} "
-                                 "(it would wrap around more than once)")
+            raise OpError(
+                "pad",
+                f"circular padding {(lo, hi)} must be at most the size {n} of dim {d} "
+                "(it would wrap around more than once)",
+            )
         if mode == "replicate" and n == 0:
             raise OpError("pad", f"replicate padding of the empty dim {d}")
         idx = tensor(_index_map(n, lo, hi, mode), device=input.device)

@@ -31,8 +31,11 @@ def op_modules() -> list[str]:
     """Every module that may declare core ops: the public modules of ``flow.ops``, then ``OP_MODULES``."""
     import flow.ops
 
-    found = [f"flow.ops.{m.name}" for m in pkgutil.iter_modules(flow.ops.__path__)
-             if not m.ispkg and not m.name.startswith("_") and m.name not in _NOT_OP_MODULES]
+    found = [
+        f"flow.ops.{m.name}"
+        for m in pkgutil.iter_modules(flow.ops.__path__)
+        if not m.ispkg and not m.name.startswith("_") and m.name not in _NOT_OP_MODULES
+    ]
     return sorted(found) + [m for m in OP_MODULES if m not in found]
 
 

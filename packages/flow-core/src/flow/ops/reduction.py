@@ -100,8 +100,9 @@ def _reduce_meta(op: str, out_dtype=None, nonempty: bool = False):
         dims = M.wrap_dims(op, dim, len(shape))
         if nonempty:
             if dim is None and 0 in shape:
-                raise OpError(op, "cannot reduce an empty tensor over all dims (the operation has no identity); "
-                                  "give 'dim'")
+                raise OpError(
+                    op, "cannot reduce an empty tensor over all dims (the operation has no identity); give 'dim'"
+                )
             for d in dims:
                 if shape and shape[d] == 0:
                     raise OpIndexError(op, f"cannot reduce over dim {d} of size 0 (input shape {shape})")
@@ -147,11 +148,25 @@ def _half_acc(xp, x):
 
 _DIM_ATTRS = [Attr("dim", (tuple, type(None)), None, items=int), Attr("keepdim", bool, False)]
 
-SUM = defop("sum", ["input"], _DIM_ATTRS, meta=_reduce_meta("sum", out_dtype=_int64_if_int), dtypes=ANY,
-            grad=_sum_grad, save="none")
+SUM = defop(
+    "sum",
+    ["input"],
+    _DIM_ATTRS,
+    meta=_reduce_meta("sum", out_dtype=_int64_if_int),
+    dtypes=ANY,
+    grad=_sum_grad,
+    save="none",
+)
 MEAN = defop("mean", ["input"], _DIM_ATTRS, meta=_reduce_meta("mean"), dtypes=FLOAT, grad=_mean_grad, save="none")
-PROD = defop("prod", ["input"], _DIM_ATTRS, meta=_reduce_meta("prod", out_dtype=_int64_if_int), dtypes=ANY,
-             grad=_prod_grad, save="inputs")
+PROD = defop(
+    "prod",
+    ["input"],
+    _DIM_ATTRS,
+    meta=_reduce_meta("prod", out_dtype=_int64_if_int),
+    dtypes=ANY,
+    grad=_prod_grad,
+    save="inputs",
+)
 
 
 @kernel(SUM)
@@ -243,6 +258,7 @@ def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None):
 
     ok = isnan(input).logical_not()
     return nansum(input, dim, keepdim) / sum(ok, dim, keepdim)
+
 
 # -- all, any, count_nonzero -------------------------------------------------------------------
 def _bool_out(dt):

@@ -22,13 +22,17 @@ from flow.registry.ops import ANY, FLOAT, INDEX64, NUMERIC, Attr
 # -- select_along_dim: gather along one dim, and its gradient (a scatter) -------------------
 def _select_meta(x, index, dim=0):
     if len(index.shape) != len(x.shape):
-        raise OpError("select_along_dim", f"'index' must have as many dims as 'input' ({len(x.shape)}), got "
-                                          f"shape {tuple(index.shape)}")
+        raise OpError(
+            "select_along_dim",
+            f"'index' must have as many dims as 'input' ({len(x.shape)}), got shape {tuple(index.shape)}",
+        )
     d = M.wrap_dim("select_along_dim", dim, len(x.shape))
     for i, (a, b) in enumerate(zip(x.shape, index.shape)):
         if i != d and a != b:
-            raise OpError("select_along_dim", f"'index' shape {tuple(index.shape)} must match 'input' shape "
-                                              f"{tuple(x.shape)} except at dim {d}")
+            raise OpError(
+                "select_along_dim",
+                f"'index' shape {tuple(index.shape)} must match 'input' shape {tuple(x.shape)} except at dim {d}",
+            )
     return M.TensorMeta(tuple(index.shape), x.dtype, x.device)
 
 
@@ -36,8 +40,10 @@ def _select_bw_meta(grad, index, dim=0, size=0):
     if size < 0:
         raise OpError("select_along_dim_backward", f"'size' must be non-negative, got {size}")
     if tuple(index.shape) != tuple(grad.shape):
-        raise OpError("select_along_dim_backward", f"'index' shape {tuple(index.shape)} must equal 'grad' shape "
-                                                   f"{tuple(grad.shape)}")
+        raise OpError(
+            "select_along_dim_backward",
+            f"'index' shape {tuple(index.shape)} must equal 'grad' shape {tuple(grad.shape)}",
+        )
     shape = list(grad.shape)
     if shape:
         shape[M.wrap_dim("select_along_dim_backward", dim, len(shape))] = size
@@ -45,16 +51,28 @@ def _select_bw_meta(grad, index, dim=0, size=0):
 
 
 SELECT_ALONG_DIM = defop(
-    "select_along_dim", ["input", "index"], [Attr("dim", int)], meta=_select_meta, save="inputs",
+    "select_along_dim",
+    ["input", "index"],
+    [Attr("dim", int)],
+    meta=_select_meta,
+    save="inputs",
     dtypes={"input": ANY, "index": INDEX64},
-    grad=lambda ctx, g: (select_along_dim_backward(g, ctx.inputs[1], ctx.attrs["dim"],
-                                                   _dim_size(ctx.input_shape(0), ctx.attrs["dim"])), None),
-    doc="out[..., j, ...] = input[..., index[..., j, ...], ...] along ``dim`` (distinct indices per slice).")
+    grad=lambda ctx, g: (
+        select_along_dim_backward(g, ctx.inputs[1], ctx.attrs["dim"], _dim_size(ctx.input_shape(0), ctx.attrs["dim"])),
+        None,
+    ),
+    doc="out[..., j, ...] = input[..., index[..., j, ...], ...] along ``dim`` (distinct indices per slice).",
+)
 SELECT_ALONG_DIM_BACKWARD = defop(
-    "select_along_dim_backward", ["grad", "index"], [Attr("dim", int), Attr("size", int)], meta=_select_bw_meta,
-    save="inputs", dtypes={"grad": FLOAT, "index": INDEX64},
+    "select_along_dim_backward",
+    ["grad", "index"],
+    [Attr("dim", int), Attr("size", int)],
+    meta=_select_bw_meta,
+    save="inputs",
+    dtypes={"grad": FLOAT, "index": INDEX64},
     grad=lambda ctx, g: (select_along_dim(g, ctx.inputs[1], ctx.attrs["dim"]), None),
-    doc="Zeros of ``size`` along ``dim`` with ``grad`` put at ``index`` (the gradient of select_along_dim).")
+    doc="Zeros of ``size`` along ``dim`` with ``grad`` put at ``index`` (the gradient of select_along_dim).",
+)
 
 
 def _dim_size(shape, dim):
@@ -130,10 +148,12 @@ def _amax_grad(ctx, g):
     return (where(mask, keep(g, shape, dims, kd) / count, 0.0),)  # ties share the gradient evenly
 
 
-AMAX = defop("amax", ["input"], _DIM_ATTRS, meta=_reduce_meta("amax", nonempty=True), dtypes=ANY, grad=_amax_grad,
-             save="both")
-AMIN = defop("amin", ["input"], _DIM_ATTRS, meta=_reduce_meta("amin", nonempty=True), dtypes=ANY, grad=_amax_grad,
-             save="both")
+AMAX = defop(
+    "amax", ["input"], _DIM_ATTRS, meta=_reduce_meta("amax", nonempty=True), dtypes=ANY, grad=_amax_grad, save="both"
+)
+AMIN = defop(
+    "amin", ["input"], _DIM_ATTRS, meta=_reduce_meta("amin", nonempty=True), dtypes=ANY, grad=_amax_grad, save="both"
+)
 
 
 def _amax_kernel(fname):
@@ -166,6 +186,7 @@ def _argmax_meta(op):
 
 def _index_dim_meta(op):
     """Meta of ops giving (values, int64 indices) reduced over one ``dim``."""
+
     def rule(x, dim=-1, keepdim=False, **attrs):
         m = _reduce_meta(op, nonempty=True)(x, (dim,), keepdim)
         return m, M.TensorMeta(m.shape, D.int64, x.device)
@@ -177,14 +198,42 @@ def _max_dim_grad(ctx, gv, gi):
     return (scatter_selected(ctx, gv, ctx.outputs[1], ctx.op.name),)
 
 
-ARGMAX = defop("argmax", ["input"], [Attr("dim", (int, type(None)), None), Attr("keepdim", bool, False)],
-               meta=_argmax_meta("argmax"), dtypes=NUMERIC, save="none")
-ARGMIN = defop("argmin", ["input"], [Attr("dim", (int, type(None)), None), Attr("keepdim", bool, False)],
-               meta=_argmax_meta("argmin"), dtypes=NUMERIC, save="none")
-MAX_DIM = defop("max_dim", ["input"], [Attr("dim", int), Attr("keepdim", bool, False)], ("values", "indices"),
-                meta=_index_dim_meta("max"), dtypes=ANY, grad=_max_dim_grad, save="outputs")
-MIN_DIM = defop("min_dim", ["input"], [Attr("dim", int), Attr("keepdim", bool, False)], ("values", "indices"),
-                meta=_index_dim_meta("min"), dtypes=ANY, grad=_max_dim_grad, save="outputs")
+ARGMAX = defop(
+    "argmax",
+    ["input"],
+    [Attr("dim", (int, type(None)), None), Attr("keepdim", bool, False)],
+    meta=_argmax_meta("argmax"),
+    dtypes=NUMERIC,
+    save="none",
+)
+ARGMIN = defop(
+    "argmin",
+    ["input"],
+    [Attr("dim", (int, type(None)), None), Attr("keepdim", bool, False)],
+    meta=_argmax_meta("argmin"),
+    dtypes=NUMERIC,
+    save="none",
+)
+MAX_DIM = defop(
+    "max_dim",
+    ["input"],
+    [Attr("dim", int), Attr("keepdim", bool, False)],
+    ("values", "indices"),
+    meta=_index_dim_meta("max"),
+    dtypes=ANY,
+    grad=_max_dim_grad,
+    save="outputs",
+)
+MIN_DIM = defop(
+    "min_dim",
+    ["input"],
+    [Attr("dim", int), Attr("keepdim", bool, False)],
+    ("values", "indices"),
+    meta=_index_dim_meta("min"),
+    dtypes=ANY,
+    grad=_max_dim_grad,
+    save="outputs",
+)
 
 
 def _argmax_kernel(fname):
@@ -257,8 +306,9 @@ def _minmax(name, full, dim_op, binary, input, dim, keepdim, other):
         if keepdim:
             raise OpError(name, "'keepdim' needs 'dim'")
         if input.numel() == 0:
-            raise OpError(name, "the input is empty, so there is no value to return; give 'dim' to reduce over a "
-                                "non-empty dim")
+            raise OpError(
+                name, "the input is empty, so there is no value to return; give 'dim' to reduce over a non-empty dim"
+            )
         return call(full, input, dim=None, keepdim=False)
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
         raise OpTypeError(name, f"'dim' must be an int, got {type(dim).__name__} {dim!r}")
@@ -350,7 +400,6 @@ def _max_dim_samples():
     yield SampleInput((S.bools((4, 6), seed=9),), {"dim": 0, "keepdim": True})
     yield from S.dim_errors(x, {"keepdim": False}, tuple_dims=False)
     yield ErrorInput((S.uniform((0, 3)),), {"dim": 0, "keepdim": False}, OpIndexError, "size 0")
-
 
 
 def _unique_index(shape, dim, k, seed):

@@ -36,8 +36,11 @@ def _where(c, a, b):
 
 
 # -- var, std ---------------------------------------------------------------------------------
-_VAR_ATTRS = [Attr("dim", (tuple, type(None)), None, items=int), Attr("correction", float, 1.0),
-              Attr("keepdim", bool, False)]
+_VAR_ATTRS = [
+    Attr("dim", (tuple, type(None)), None, items=int),
+    Attr("correction", float, 1.0),
+    Attr("keepdim", bool, False),
+]
 
 
 def _var_meta(op):
@@ -120,8 +123,9 @@ def _var_call(op, name, input, dim, unbiased, keepdim, correction):
     check_tensor(name, input)
     if isinstance(dim, bool):  # the legacy var(input, unbiased) form
         dim, unbiased = None, dim
-    return call(op, input, dim=_dims_attr(dim, name), correction=_correction(name, unbiased, correction),
-                keepdim=bool(keepdim))
+    return call(
+        op, input, dim=_dims_attr(dim, name), correction=_correction(name, unbiased, correction), keepdim=bool(keepdim)
+    )
 
 
 def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
@@ -159,9 +163,15 @@ def _lse_grad(ctx, g):
     return (keep(g, shape, dims, kd) * exp(x - keep(out, shape, dims, kd)),)
 
 
-LOGSUMEXP = defop("logsumexp", ["input"], [Attr("dim", (tuple, type(None)), None, items=int),
-                                           Attr("keepdim", bool, False)],
-                  meta=_reduce_meta("logsumexp"), dtypes=FLOAT_PROMOTE, grad=_lse_grad, save="both")
+LOGSUMEXP = defop(
+    "logsumexp",
+    ["input"],
+    [Attr("dim", (tuple, type(None)), None, items=int), Attr("keepdim", bool, False)],
+    meta=_reduce_meta("logsumexp"),
+    dtypes=FLOAT_PROMOTE,
+    grad=_lse_grad,
+    save="both",
+)
 
 
 @kernel(LOGSUMEXP)
@@ -220,9 +230,15 @@ def _norm_grad(ctx, g):
     return (local * _where(ok == 0, 0.0, gk / safe ** (p - 1.0)),)
 
 
-NORM = defop("norm", ["input"], [Attr("p", float, 2.0), Attr("dim", (tuple, type(None)), None, items=int),
-                                 Attr("keepdim", bool, False)], meta=_norm_meta, dtypes=FLOAT, grad=_norm_grad,
-             save="both")
+NORM = defop(
+    "norm",
+    ["input"],
+    [Attr("p", float, 2.0), Attr("dim", (tuple, type(None)), None, items=int), Attr("keepdim", bool, False)],
+    meta=_norm_meta,
+    dtypes=FLOAT,
+    grad=_norm_grad,
+    save="both",
+)
 
 
 @kernel(NORM)
@@ -256,8 +272,7 @@ def norm(input, p="fro", dim=None, keepdim: bool = False, dtype=None):
     if p is None or p == "fro":
         p = 2.0
     elif isinstance(p, str):
-        raise OpError("norm", f"'p'={p!r} is not supported; use 'fro' or a number (the nuclear norm needs "
-                              "flow.linalg)")
+        raise OpError("norm", f"'p'={p!r} is not supported; use 'fro' or a number (the nuclear norm needs flow.linalg)")
     elif isinstance(p, bool) or not isinstance(p, (int, float)):
         raise OpTypeError("norm", f"'p' must be a number or 'fro', got {type(p).__name__}")
     return call(NORM, input, p=float(p), dim=_dims_attr(dim, "norm"), keepdim=bool(keepdim))
@@ -295,11 +310,19 @@ def _cumprod_grad(ctx, g):
     return (grad + _where(first_zero, _cumsum(g * skipped, d, True), 0.0),)
 
 
-CUMSUM = defop("cumsum", ["input"], [Attr("dim", int), Attr("reverse", bool, False)], meta=_scan_meta("cumsum"),
-               dtypes=ANY, grad=_cumsum_grad, save="none",
-               doc="Cumulative sum along ``dim`` (from the end when ``reverse``).")
-CUMPROD = defop("cumprod", ["input"], [Attr("dim", int)], meta=_scan_meta("cumprod"), dtypes=ANY,
-                grad=_cumprod_grad, save="both")
+CUMSUM = defop(
+    "cumsum",
+    ["input"],
+    [Attr("dim", int), Attr("reverse", bool, False)],
+    meta=_scan_meta("cumsum"),
+    dtypes=ANY,
+    grad=_cumsum_grad,
+    save="none",
+    doc="Cumulative sum along ``dim`` (from the end when ``reverse``).",
+)
+CUMPROD = defop(
+    "cumprod", ["input"], [Attr("dim", int)], meta=_scan_meta("cumprod"), dtypes=ANY, grad=_cumprod_grad, save="both"
+)
 
 
 def _scan_kernel(fname):
@@ -386,8 +409,9 @@ def _norm_samples():
     yield SampleInput((S.uniform((2, 3, 2), seed=24),), {"p": 2.0, "dim": (0, 2), "keepdim": False})
     yield SampleInput((S.uniform((2, 0), seed=24),), {"p": 1.0, "dim": (1,), "keepdim": False})
     yield from S.dim_errors(x, {"p": 2.0, "keepdim": False})
-    yield ErrorInput((S.uniform((2, 0), seed=24),), {"p": math.inf, "dim": (1,), "keepdim": False}, OpIndexError,
-                     "size 0")
+    yield ErrorInput(
+        (S.uniform((2, 0), seed=24),), {"p": math.inf, "dim": (1,), "keepdim": False}, OpIndexError, "size 0"
+    )
 
 
 def _cumsum_samples():

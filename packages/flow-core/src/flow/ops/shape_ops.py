@@ -59,17 +59,24 @@ def _cat_meta(tensors, dim=0):
     for i, t in enumerate(tensors):
         s = tuple(t.shape)
         if t.dtype != first.dtype:
-            raise OpTypeError("cat", f"tensors must have the same dtype after promotion, got {first.dtype} "
-                                     f"(tensor 0) and {t.dtype} (tensor {i})")
+            raise OpTypeError(
+                "cat",
+                f"tensors must have the same dtype after promotion, got {first.dtype} "
+                f"(tensor 0) and {t.dtype} (tensor {i})",
+            )
         if len(s) != len(s0):
-            raise OpError("cat", f"tensors must have the same number of dims: tensor 0 has shape {s0}, "
-                                 f"tensor {i} has shape {s}")
+            raise OpError(
+                "cat", f"tensors must have the same number of dims: tensor 0 has shape {s0}, tensor {i} has shape {s}"
+            )
         for k, (a, b) in enumerate(zip(s0, s)):
             if k != d and a != b:
-                raise OpError("cat", f"sizes of tensors must match except in dim {d}: tensor 0 has shape {s0}, "
-                                     f"tensor {i} has shape {s} (dim {k}: {a} vs {b})")
+                raise OpError(
+                    "cat",
+                    f"sizes of tensors must match except in dim {d}: tensor 0 has shape {s0}, "
+                    f"tensor {i} has shape {s} (dim {k}: {a} vs {b})",
+                )
         total += s[d]
-    return M.TensorMeta(s0[:d] + (total,) + s0[d + 1:], first.dtype, dev)
+    return M.TensorMeta(s0[:d] + (total,) + s0[d + 1 :], first.dtype, dev)
 
 
 def _cat_grad(ctx, g):
@@ -114,11 +121,14 @@ def _stack_meta(tensors, dim=0):
     s0 = tuple(tensors[0].shape)
     for i, t in enumerate(tensors):
         if tuple(t.shape) != s0:
-            raise OpError("stack", f"expects each tensor to have the same shape, got {s0} (tensor 0) and "
-                                   f"{tuple(t.shape)} (tensor {i})")
+            raise OpError(
+                "stack",
+                f"expects each tensor to have the same shape, got {s0} (tensor 0) and {tuple(t.shape)} (tensor {i})",
+            )
         if t.dtype != tensors[0].dtype:
-            raise OpTypeError("stack", f"tensors must have the same dtype after promotion, got "
-                                       f"{tensors[0].dtype} and {t.dtype}")
+            raise OpTypeError(
+                "stack", f"tensors must have the same dtype after promotion, got {tensors[0].dtype} and {t.dtype}"
+            )
     d = M.wrap_dim("stack", dim, len(s0) + 1)
     return M.TensorMeta(s0[:d] + (len(tensors),) + s0[d:], tensors[0].dtype, dev)
 
@@ -129,8 +139,7 @@ def _stack_grad(ctx, g):
     return (list(unbind(g, ctx.attrs["dim"])),)
 
 
-STACK = defop("stack", ["*tensors"], [Attr("dim", int, 0)], meta=_stack_meta, dtypes=ANY, grad=_stack_grad,
-              save="none")
+STACK = defop("stack", ["*tensors"], [Attr("dim", int, 0)], meta=_stack_meta, dtypes=ANY, grad=_stack_grad, save="none")
 
 
 @kernel(STACK)
@@ -201,8 +210,9 @@ def repeat(input, *sizes):
     sizes = _shape_args(sizes)
     nd = input.ndim
     if len(sizes) < nd:
-        raise OpError("repeat", f"the number of repeat dims {len(sizes)} can not be smaller than the tensor's "
-                                f"number of dims {nd}")
+        raise OpError(
+            "repeat", f"the number of repeat dims {len(sizes)} can not be smaller than the tensor's number of dims {nd}"
+        )
     if any(s < 0 for s in sizes):
         raise OpError("repeat", f"repeats must be non-negative, got {sizes}")
     shape = (1,) * (len(sizes) - nd) + tuple(input.shape)
@@ -255,8 +265,15 @@ def _flip_meta(x, dims):
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
-FLIP = defop("flip", ["input"], [Attr("dims", tuple, items=int)], meta=_flip_meta, dtypes=ANY, save="none",
-             grad=lambda ctx, g: (call(FLIP, g, dims=ctx.attrs["dims"]),))
+FLIP = defop(
+    "flip",
+    ["input"],
+    [Attr("dims", tuple, items=int)],
+    meta=_flip_meta,
+    dtypes=ANY,
+    save="none",
+    grad=lambda ctx, g: (call(FLIP, g, dims=ctx.attrs["dims"]),),
+)
 
 
 @kernel(FLIP)
@@ -316,10 +333,15 @@ def _roll_meta(x, shifts, dims=None):
     return M.TensorMeta(tuple(x.shape), x.dtype, x.device)
 
 
-ROLL = defop("roll", ["input"], [Attr("shifts", tuple, items=int), Attr("dims", (tuple, type(None)), None, items=int)],
-             meta=_roll_meta, dtypes=ANY, save="none",
-             grad=lambda ctx, g: (call(ROLL, g, shifts=tuple(-s for s in ctx.attrs["shifts"]),
-                                       dims=ctx.attrs["dims"]),))
+ROLL = defop(
+    "roll",
+    ["input"],
+    [Attr("shifts", tuple, items=int), Attr("dims", (tuple, type(None)), None, items=int)],
+    meta=_roll_meta,
+    dtypes=ANY,
+    save="none",
+    grad=lambda ctx, g: (call(ROLL, g, shifts=tuple(-s for s in ctx.attrs["shifts"]), dims=ctx.attrs["dims"]),),
+)
 
 
 @kernel(ROLL)
@@ -350,10 +372,24 @@ def _tri_meta(name):
     return rule
 
 
-TRIL = defop("tril", ["input"], [Attr("diagonal", int, 0)], meta=_tri_meta("tril"), dtypes=ANY, save="none",
-             grad=lambda ctx, g: (call(TRIL, g, diagonal=ctx.attrs["diagonal"]),))
-TRIU = defop("triu", ["input"], [Attr("diagonal", int, 0)], meta=_tri_meta("triu"), dtypes=ANY, save="none",
-             grad=lambda ctx, g: (call(TRIU, g, diagonal=ctx.attrs["diagonal"]),))
+TRIL = defop(
+    "tril",
+    ["input"],
+    [Attr("diagonal", int, 0)],
+    meta=_tri_meta("tril"),
+    dtypes=ANY,
+    save="none",
+    grad=lambda ctx, g: (call(TRIL, g, diagonal=ctx.attrs["diagonal"]),),
+)
+TRIU = defop(
+    "triu",
+    ["input"],
+    [Attr("diagonal", int, 0)],
+    meta=_tri_meta("triu"),
+    dtypes=ANY,
+    save="none",
+    grad=lambda ctx, g: (call(TRIU, g, diagonal=ctx.attrs["diagonal"]),),
+)
 
 
 @kernel(TRIL)
@@ -391,8 +427,9 @@ def broadcast_to(input, size):
     try:
         _expand_meta(input, size)
     except OpError as e:
-        raise OpError("broadcast_to", f"cannot broadcast shape {tuple(input.shape)} to {size}: "
-                                      f"{str(e).split(': ', 1)[-1]}") from None
+        raise OpError(
+            "broadcast_to", f"cannot broadcast shape {tuple(input.shape)} to {size}: {str(e).split(': ', 1)[-1]}"
+        ) from None
     return expand(input, *size)
 
 
@@ -445,8 +482,11 @@ def _one_hot_kernel(xp):
             lo, hi = int(x.min()), int(x.max())
             if lo < 0 or hi >= num_classes:
                 bad = lo if lo < 0 else hi
-                raise OpIndexError("one_hot", f"class value {bad} is out of range for num_classes={num_classes} "
-                                              f"(expected 0 <= value < {num_classes})")
+                raise OpIndexError(
+                    "one_hot",
+                    f"class value {bad} is out of range for num_classes={num_classes} "
+                    f"(expected 0 <= value < {num_classes})",
+                )
         return (x[..., None] == xp.arange(num_classes)).astype(xp.int64)
 
     return run
@@ -464,80 +504,32 @@ def one_hot(tensor, num_classes: int = -1):
     return call(ONE_HOT, tensor, num_classes=int(num_classes))
 
 
-# -- opcheck samples ------------------------------------------------------------------------------------
-from flow.ops import _samples as S  # noqa: E402
-from flow.ops._define import set_samples  # noqa: E402
-from flow.testing import ErrorInput, SampleInput  # noqa: E402
-
-
-def _cat_samples():
-    yield SampleInput(([S.uniform((2, 3), seed=1), S.uniform((4, 3), seed=2)],), {"dim": 0})
-    yield SampleInput(([S.uniform((2, 3, 1), seed=3), S.uniform((2, 3, 2), seed=4), S.uniform((2, 3, 0))],),
-                      {"dim": -1})
-    a, b = S.uniform((2, 3), seed=1), S.uniform((4, 3), seed=2)
-    yield ErrorInput(([a, b],), {"dim": 1}, OpError, "sizes of tensors must match except in dim 1")
-    yield ErrorInput(([a, S.uniform((2, 3, 1))],), {"dim": 0}, OpError, "same number of dims")
-    yield ErrorInput(([a, S.ints((4, 3))],), {"dim": 0}, OpTypeError, "same dtype")
-    yield ErrorInput(([a, b],), {"dim": 2}, OpIndexError, "out of range")
-    yield ErrorInput(([S.uniform(()), S.uniform(())],), {"dim": 0}, OpError, "zero-dimensional")
-    yield ErrorInput(([],), {"dim": 0}, OpError, "")
-
-
-def _stack_samples():
-    yield SampleInput(([S.uniform((2, 3), seed=1), S.uniform((2, 3), seed=2)],), {"dim": 0})
-    yield SampleInput(([S.uniform((2, 3), seed=3), S.uniform((2, 3), seed=4), S.uniform((2, 3), seed=5)],),
-                      {"dim": -1})
-    yield SampleInput(([S.uniform((), seed=3)],), {"dim": 0})
-    a = S.uniform((2, 3), seed=1)
-    yield ErrorInput(([a, S.uniform((3, 2))],), {"dim": 0}, OpError, "same shape")
-    yield ErrorInput(([a, S.ints((2, 3))],), {"dim": 0}, OpTypeError, "same dtype")
-    yield ErrorInput(([a, a],), {"dim": 3}, OpIndexError, "out of range")
-    yield ErrorInput(([],), {"dim": 0}, OpError, "")
-
-
-def _flip_samples():
-    yield SampleInput((S.uniform((2, 3, 4), seed=1),), {"dims": (0, 2)})
-    yield SampleInput((S.uniform((5,), seed=2),), {"dims": (-1,)})
-    yield from S.dim_errors(S.uniform((2, 3, 4), seed=1), name="dims")
-
-
-def _roll_samples():
-    x = S.uniform((3, 4), seed=1)
-    yield SampleInput((x,), {"shifts": (1, -3), "dims": (0, 1)})
-    yield SampleInput((S.uniform((3, 4), seed=2),), {"shifts": (5,), "dims": None})
-    yield ErrorInput((x,), {"shifts": (1, 2), "dims": None}, OpError, "must be a single int")
-    yield ErrorInput((x,), {"shifts": (1, 2), "dims": (0,)}, OpError, "must have the same length")
-    yield ErrorInput((x,), {"shifts": (1,), "dims": (2,)}, OpIndexError, "out of range")
-
-
-def _tri_samples(diagonals):
-    def samples():
-        yield SampleInput((S.uniform((4, 5), seed=1),), {"diagonal": diagonals[0]})
-        yield SampleInput((S.uniform((2, 3, 4), seed=2),), {"diagonal": diagonals[1]})
-        yield SampleInput((S.bools((3, 3), seed=3),), {"diagonal": 0})
-        yield ErrorInput((S.uniform((5,), seed=1),), {"diagonal": 0}, OpError, "at least 2-d")
-
-    return samples
-
-
-def _one_hot_samples():
-    yield SampleInput((S.ints((2, 3), 0, 4, seed=1),), {"num_classes": 5})
-    yield SampleInput((S.ints((4,), 0, 3, seed=2),), {"num_classes": 3})
-    yield SampleInput((S.ints((0,), 0, 3, seed=2),), {"num_classes": 0})
-    yield ErrorInput((S.ints((4,), 0, 3),), {"num_classes": -2}, OpError, "num_classes must be non-negative")
-    yield ErrorInput((S.ints((4,), 0, 3),), {"num_classes": 2}, OpIndexError, "out of range", values=True)
-    yield ErrorInput((S.ints((4,), -1, 0),), {"num_classes": 2}, OpIndexError, "out of range", values=True)
-
-
-set_samples(CAT, _cat_samples)
-set_samples(STACK, _stack_samples)
-set_samples(FLIP, _flip_samples)
-set_samples(ROLL, _roll_samples)
-set_samples(TRIL, _tri_samples((0, -1)))
-set_samples(TRIU, _tri_samples((1, 0)))
-set_samples(ONE_HOT, _one_hot_samples)
-
-__all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "row_stack", "column_stack",
-           "atleast_1d", "atleast_2d", "atleast_3d", "repeat", "tile", "repeat_interleave", "flip", "fliplr",
-           "flipud", "rot90", "roll", "tril", "triu", "broadcast_shapes", "broadcast_to", "broadcast_tensors",
-           "meshgrid", "one_hot"]
+__all__ = [
+    "cat",
+    "concat",
+    "concatenate",
+    "stack",
+    "hstack",
+    "vstack",
+    "dstack",
+    "row_stack",
+    "column_stack",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "repeat",
+    "tile",
+    "repeat_interleave",
+    "flip",
+    "fliplr",
+    "flipud",
+    "rot90",
+    "roll",
+    "tril",
+    "triu",
+    "broadcast_shapes",
+    "broadcast_to",
+    "broadcast_tensors",
+    "meshgrid",
+    "one_hot",
+]

@@ -36,6 +36,7 @@ def _int_arg(op: str, value, arg: str) -> int:
 # -- kernels' helpers --------------------------------------------------------------------------
 def stable_argsort(xp, x, axis: int, descending: bool = False):
     """Stable argsort along ``axis``; NaN last ascending and first descending; ties keep their order."""
+
     def sort(a):
         try:
             return xp.argsort(a, axis=axis, kind="stable")
@@ -55,6 +56,7 @@ def _take_first(xp, a, axis: int, k: int):
 
 def _as0d(run):
     """Run a kernel on a 0-d array as on a 1-element 1-d array."""
+
     def wrapped(x, *args, **kw):
         if x.ndim != 0:
             return run(x, *args, **kw)
@@ -88,11 +90,26 @@ def _topk_meta(x, k=1, dim=-1, largest=True, sorted=True):  # noqa: A002
 
 
 # As PyTorch: sort and mode take bools, the selections by rank do not.
-SORT = defop("sort", ["input"], [Attr("dim", int, -1), Attr("descending", bool, False), Attr("stable", bool, False)],
-             ("values", "indices"), meta=_sort_meta, dtypes=ANY, grad=_selected_grad, save="outputs")
-TOPK = defop("topk", ["input"], [Attr("k", int), Attr("dim", int, -1), Attr("largest", bool, True),
-                                 Attr("sorted", bool, True)], ("values", "indices"), meta=_topk_meta, dtypes=NUMERIC,
-             grad=_selected_grad, save="outputs")
+SORT = defop(
+    "sort",
+    ["input"],
+    [Attr("dim", int, -1), Attr("descending", bool, False), Attr("stable", bool, False)],
+    ("values", "indices"),
+    meta=_sort_meta,
+    dtypes=ANY,
+    grad=_selected_grad,
+    save="outputs",
+)
+TOPK = defop(
+    "topk",
+    ["input"],
+    [Attr("k", int), Attr("dim", int, -1), Attr("largest", bool, True), Attr("sorted", bool, True)],
+    ("values", "indices"),
+    meta=_topk_meta,
+    dtypes=NUMERIC,
+    grad=_selected_grad,
+    save="outputs",
+)
 
 
 @kernel(SORT)
@@ -138,8 +155,14 @@ def msort(input):
 def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices, sorted."""
     check_tensor("topk", input)
-    v, i = call(TOPK, input, k=_int_arg("topk", k, "k"), dim=_int_arg("topk", dim, "dim"), largest=bool(largest),
-                sorted=bool(sorted))
+    v, i = call(
+        TOPK,
+        input,
+        k=_int_arg("topk", k, "k"),
+        dim=_int_arg("topk", dim, "dim"),
+        largest=bool(largest),
+        sorted=bool(sorted),
+    )
     return TopkResult(v, i)
 
 
@@ -155,14 +178,46 @@ def _kth_meta(x, k=1, dim=-1, keepdim=False):
 
 
 _DIM_KEEP = [Attr("dim", int, -1), Attr("keepdim", bool, False)]
-KTHVALUE = defop("kthvalue", ["input"], [Attr("k", int)] + _DIM_KEEP, ("values", "indices"), meta=_kth_meta,
-                 dtypes=NUMERIC, grad=_selected_grad, save="outputs")
-MEDIAN = defop("median", ["input"], _DIM_KEEP, ("values", "indices"), meta=_index_dim_meta("median"),
-               dtypes=NUMERIC, grad=_selected_grad, save="outputs")
-NANMEDIAN = defop("nanmedian", ["input"], _DIM_KEEP, ("values", "indices"), meta=_index_dim_meta("nanmedian"),
-                  dtypes=NUMERIC, grad=_selected_grad, save="outputs")
-MODE = defop("mode", ["input"], _DIM_KEEP, ("values", "indices"), meta=_index_dim_meta("mode"), dtypes=ANY,
-             grad=_selected_grad, save="outputs")
+KTHVALUE = defop(
+    "kthvalue",
+    ["input"],
+    [Attr("k", int)] + _DIM_KEEP,
+    ("values", "indices"),
+    meta=_kth_meta,
+    dtypes=NUMERIC,
+    grad=_selected_grad,
+    save="outputs",
+)
+MEDIAN = defop(
+    "median",
+    ["input"],
+    _DIM_KEEP,
+    ("values", "indices"),
+    meta=_index_dim_meta("median"),
+    dtypes=NUMERIC,
+    grad=_selected_grad,
+    save="outputs",
+)
+NANMEDIAN = defop(
+    "nanmedian",
+    ["input"],
+    _DIM_KEEP,
+    ("values", "indices"),
+    meta=_index_dim_meta("nanmedian"),
+    dtypes=NUMERIC,
+    grad=_selected_grad,
+    save="outputs",
+)
+MODE = defop(
+    "mode",
+    ["input"],
+    _DIM_KEEP,
+    ("values", "indices"),
+    meta=_index_dim_meta("mode"),
+    dtypes=ANY,
+    grad=_selected_grad,
+    save="outputs",
+)
 
 
 def _pick(xp, x, order, pos, dim, keepdim):
@@ -249,8 +304,9 @@ def _mode_kernel(xp):
 def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False):
     """The ``k``-th smallest element (1-based) along ``dim`` and its index."""
     check_tensor("kthvalue", input)
-    v, i = call(KTHVALUE, input, k=_int_arg("kthvalue", k, "k"), dim=_int_arg("kthvalue", dim, "dim"),
-                keepdim=bool(keepdim))
+    v, i = call(
+        KTHVALUE, input, k=_int_arg("kthvalue", k, "k"), dim=_int_arg("kthvalue", dim, "dim"), keepdim=bool(keepdim)
+    )
     return KthvalueResult(v, i)
 
 
@@ -290,8 +346,13 @@ def _to_device_tensor(a, dtype, device):
     return tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
 
 
-def unique(input, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
-           dim=None):
+def unique(
+    input,
+    sorted: bool = True,
+    return_inverse: bool = False,
+    return_counts: bool = False,  # noqa: A002
+    dim=None,
+):
     """The distinct elements (sorted), and optionally the inverse indices and the counts."""
     check_tensor("unique", input)
     a = np.asarray(input.detach().numpy_host())
@@ -301,8 +362,7 @@ def unique(input, sorted: bool = True, return_inverse: bool = False, return_coun
             raise OpIndexError("unique", "'dim' needs a tensor with at least one dim")
         vals, inv, cnt = np.unique(a, return_inverse=True, return_counts=True, axis=d)
     else:
-        vals, inv, cnt = np.unique(a.reshape(-1), return_inverse=True, return_counts=True,
-                                   equal_nan=False)
+        vals, inv, cnt = np.unique(a.reshape(-1), return_inverse=True, return_counts=True, equal_nan=False)
         inv = inv.reshape(a.shape)
     out = [_to_device_tensor(vals, input.dtype, input.device)]
     if return_inverse:
@@ -346,20 +406,30 @@ def _searchsorted_meta(seq, values, sorter=None, out_int32=False, right=False):
     if not s:
         raise OpError("searchsorted", "'sorted_sequence' must have at least one dim, got a 0-d tensor")
     if len(s) > 1 and s[:-1] != v[:-1]:
-        raise OpError("searchsorted", f"'sorted_sequence' of shape {s} needs 'input' with the same leading dims "
-                                      f"{s[:-1]}, got shape {v}")
+        raise OpError(
+            "searchsorted",
+            f"'sorted_sequence' of shape {s} needs 'input' with the same leading dims {s[:-1]}, got shape {v}",
+        )
     if seq.dtype != values.dtype:
-        raise OpTypeError("searchsorted", f"'sorted_sequence' and 'input' must have the same dtype, got {seq.dtype} "
-                                          f"and {values.dtype}")
+        raise OpTypeError(
+            "searchsorted",
+            f"'sorted_sequence' and 'input' must have the same dtype, got {seq.dtype} and {values.dtype}",
+        )
     if sorter is not None and tuple(sorter.shape) != s:
-        raise OpError("searchsorted", f"'sorter' must have the shape {s} of 'sorted_sequence', got "
-                                      f"{tuple(sorter.shape)}")
+        raise OpError(
+            "searchsorted", f"'sorter' must have the shape {s} of 'sorted_sequence', got {tuple(sorter.shape)}"
+        )
     return M.TensorMeta(v, D.int32 if out_int32 else D.int64, values.device)
 
 
-SEARCHSORTED = defop("searchsorted", ["sorted_sequence", "input", "sorter?"],
-                     [Attr("out_int32", bool, False), Attr("right", bool, False)], meta=_searchsorted_meta,
-                     dtypes={"sorted_sequence": NUMERIC, "input": NUMERIC, "sorter": INDEX64}, save="none")
+SEARCHSORTED = defop(
+    "searchsorted",
+    ["sorted_sequence", "input", "sorter?"],
+    [Attr("out_int32", bool, False), Attr("right", bool, False)],
+    meta=_searchsorted_meta,
+    dtypes={"sorted_sequence": NUMERIC, "input": NUMERIC, "sorter": INDEX64},
+    save="none",
+)
 
 
 @kernel(SEARCHSORTED)
@@ -401,8 +471,9 @@ def searchsorted(sorted_sequence, input, *, out_int32: bool = False, right: bool
             raise OpTypeError("searchsorted", f"'input' must be a Tensor or a number, got {type(input).__name__}")
         input = tensor(input, device=sorted_sequence.device)
     dt = D.promote_types(sorted_sequence.dtype, input.dtype)
-    return call(SEARCHSORTED, sorted_sequence.to(dt), input.to(dt), sorter, out_int32=bool(out_int32),
-                right=bool(right))
+    return call(
+        SEARCHSORTED, sorted_sequence.to(dt), input.to(dt), sorter, out_int32=bool(out_int32), right=bool(right)
+    )
 
 
 def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False):
@@ -508,5 +579,17 @@ set_samples(NANMEDIAN, _median_samples)
 set_samples(MODE, _mode_samples)
 set_samples(SEARCHSORTED, _searchsorted_samples)
 
-__all__ = ["sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "unique",
-           "unique_consecutive", "searchsorted", "bucketize"]
+__all__ = [
+    "sort",
+    "argsort",
+    "msort",
+    "topk",
+    "kthvalue",
+    "median",
+    "nanmedian",
+    "mode",
+    "unique",
+    "unique_consecutive",
+    "searchsorted",
+    "bucketize",
+]

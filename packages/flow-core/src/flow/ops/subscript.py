@@ -41,7 +41,7 @@ def adv_shape(op: str, shape, indices, dims) -> tuple:
             raise OpError(op, f"dims {dims} must be increasing dims of a {len(shape)}-d tensor")
     b = M.broadcast_shapes(op, *[tuple(t.shape) for t in indices])
     if dims[-1] - dims[0] == len(dims) - 1:  # adjacent: replace in place
-        return shape[:dims[0]] + b + shape[dims[-1] + 1:]
+        return shape[: dims[0]] + b + shape[dims[-1] + 1 :]
     return b + tuple(s for i, s in enumerate(shape) if i not in dims)
 
 
@@ -65,8 +65,15 @@ def _index_grad(ctx, g):
     return call(INDEX_PUT, z, g, list(indices), dims=ctx.attrs["dims"], accumulate=True), [None] * len(indices)
 
 
-INDEX = defop("index", ["input", "*indices"], [Attr("dims", tuple, items=int)], meta=_index_meta, grad=_index_grad,
-              dtypes={"input": ANY, "indices": INTEGER}, save="inputs")
+INDEX = defop(
+    "index",
+    ["input", "*indices"],
+    [Attr("dims", tuple, items=int)],
+    meta=_index_meta,
+    grad=_index_grad,
+    dtypes={"input": ANY, "indices": INTEGER},
+    save="inputs",
+)
 
 
 @kernel(INDEX)
@@ -97,16 +104,27 @@ def _index_put_grad(ctx, g):
     dims, acc = ctx.attrs["dims"], ctx.attrs.get("accumulate", False)
     gx = gv = None
     if ctx.next[0][0] is not None:
-        gx = g if acc else call(INDEX_PUT, g, zeros((), dtype=g.dtype, device=g.device), list(indices), dims=dims,
-                                accumulate=False)
+        gx = (
+            g
+            if acc
+            else call(
+                INDEX_PUT, g, zeros((), dtype=g.dtype, device=g.device), list(indices), dims=dims, accumulate=False
+            )
+        )
     if ctx.next[1][0] is not None:
         gv = sum_to_shape(call(INDEX, g, list(indices), dims=dims), ctx.input_shape(1))
     return gx, gv, [None] * len(indices)
 
 
-INDEX_PUT = defop("index_put", ["input", "values", "*indices"],
-                  [Attr("dims", tuple, items=int), Attr("accumulate", bool, False)], meta=_index_put_meta,
-                  grad=_index_put_grad, dtypes={"input": ANY, "values": ANY, "indices": INTEGER}, save="inputs")
+INDEX_PUT = defop(
+    "index_put",
+    ["input", "values", "*indices"],
+    [Attr("dims", tuple, items=int), Attr("accumulate", bool, False)],
+    meta=_index_put_meta,
+    grad=_index_put_grad,
+    dtypes={"input": ANY, "values": ANY, "indices": INTEGER},
+    save="inputs",
+)
 
 
 @kernel(INDEX_PUT)
@@ -175,11 +193,21 @@ def parse_key(op: str, x, key):
         elif hasattr(k, "__index__"):
             items.append(int(k.__index__()))
         else:
-            raise OpTypeError(op, f"invalid index of type {type(k).__name__}; use ints, slices, None, Ellipsis, "
-                                  "integer or bool tensors")
+            raise OpTypeError(
+                op,
+                f"invalid index of type {type(k).__name__}; use ints, slices, None, Ellipsis, integer or bool tensors",
+            )
     shape = tuple(x.shape)
-    consumed = sum(1 if isinstance(k, (int, slice)) else k[1].ndim if isinstance(k, tuple) and k[0] == "mask"
-                   else 1 if isinstance(k, tuple) and k[0] == "int" else 0 for k in items)
+    consumed = sum(
+        1
+        if isinstance(k, (int, slice))
+        else k[1].ndim
+        if isinstance(k, tuple) and k[0] == "mask"
+        else 1
+        if isinstance(k, tuple) and k[0] == "int"
+        else 0
+        for k in items
+    )
     n_ell = sum(1 for k in items if k is Ellipsis)
     if n_ell > 1:
         raise OpIndexError(op, "an index can only have a single ellipsis ('...')")
@@ -221,9 +249,12 @@ def parse_key(op: str, x, key):
         elif k[0] == "mask":
             m = k[1]
             ms = tuple(m.shape)
-            if ms != shape[d:d + len(ms)]:
-                raise OpIndexError(op, f"the shape of the mask {list(ms)} at index {d} does not match the shape "
-                                       f"of the indexed tensor {list(shape[d:d + len(ms)])} at index {d}")
+            if ms != shape[d : d + len(ms)]:
+                raise OpIndexError(
+                    op,
+                    f"the shape of the mask {list(ms)} at index {d} does not match the shape "
+                    f"of the indexed tensor {list(shape[d : d + len(ms)])} at index {d}",
+                )
             from flow.ops.indexing import nonzero
 
             for j, t in enumerate(nonzero(m, as_tuple=True)):
@@ -283,8 +314,9 @@ def _fit(op, value, region):
         except OpError:
             ok = False
     if not ok:
-        raise OpError(op, f"cannot assign a value of shape {tuple(value.shape)} to the indexed region of shape "
-                          f"{tuple(region)}")
+        raise OpError(
+            op, f"cannot assign a value of shape {tuple(value.shape)} to the indexed region of shape {tuple(region)}"
+        )
     return value if vs == tuple(value.shape) else value.reshape(vs)
 
 
@@ -381,16 +413,19 @@ def _index_samples():
 def _index_put_samples():
     x = S.uniform((4, 5, 3), seed=1)
     yield SampleInput((x, S.uniform((3, 5, 3), seed=2), [S.t([0, 3, 1])]), {"dims": (0,), "accumulate": False})
-    yield SampleInput((x, S.uniform((2,), seed=3), [S.t([[0, 1], [1, 4]]), S.t([2, 0])]),
-                      {"dims": (1, 2), "accumulate": False})
-    yield SampleInput((x, S.uniform((6, 5), seed=4), [S.ints((6,), 0, 4, seed=5), S.ints((6,), 0, 3, seed=6)]),
-                      {"dims": (0, 2), "accumulate": True})
+    yield SampleInput(
+        (x, S.uniform((2,), seed=3), [S.t([[0, 1], [1, 4]]), S.t([2, 0])]), {"dims": (1, 2), "accumulate": False}
+    )
+    yield SampleInput(
+        (x, S.uniform((6, 5), seed=4), [S.ints((6,), 0, 4, seed=5), S.ints((6,), 0, 3, seed=6)]),
+        {"dims": (0, 2), "accumulate": True},
+    )
     yield from _adv_index_errors((x, S.uniform((), seed=2)), x, {"accumulate": False})
     i = S.ints((2,), 0, 3, seed=5)
-    yield ErrorInput((x, S.ints((5, 3)), [i]), {"dims": (0,), "accumulate": False}, OpTypeError,
-                     "'values' must have the dtype")
-    yield ErrorInput((x, S.uniform((3, 5, 3)), [i]), {"dims": (0,), "accumulate": True}, OpError,
-                     "cannot be broadcast")
+    yield ErrorInput(
+        (x, S.ints((5, 3)), [i]), {"dims": (0,), "accumulate": False}, OpTypeError, "'values' must have the dtype"
+    )
+    yield ErrorInput((x, S.uniform((3, 5, 3)), [i]), {"dims": (0,), "accumulate": True}, OpError, "cannot be broadcast")
 
 
 set_samples(INDEX, _index_samples)

@@ -228,9 +228,16 @@ arcsin, arccos, arctan = asin, acos, atan
 
 # -- dtype-preserving unary ops (ints allowed) ----------------------------------
 def _def_unary_keep(name, np_name, grad, save, doc, allow_bool=False):
-    h = defop(name, ["input"], meta=M.same, dtypes=ANY if allow_bool else NUMERIC, grad=grad, save=save,
-              elementwise=True,
-              no_error_samples=ANY_TENSOR if allow_bool else "")
+    h = defop(
+        name,
+        ["input"],
+        meta=M.same,
+        dtypes=ANY if allow_bool else NUMERIC,
+        grad=grad,
+        save=save,
+        elementwise=True,
+        no_error_samples=ANY_TENSOR if allow_bool else "",
+    )
     if np_name is not None:
         generic(h, lambda xp, n=np_name: getattr(xp, n))
 
@@ -271,8 +278,16 @@ def _square_meta(x):
     return M.TensorMeta(tuple(x.shape), D.int64 if x.dtype is D.bool else x.dtype, x.device)
 
 
-SQUARE_OP = defop("square", ["input"], meta=_square_meta, dtypes=ANY, grad=_g_square, save="inputs",
-                  elementwise=True, no_error_samples=ANY_TENSOR)
+SQUARE_OP = defop(
+    "square",
+    ["input"],
+    meta=_square_meta,
+    dtypes=ANY,
+    grad=_g_square,
+    save="inputs",
+    elementwise=True,
+    no_error_samples=ANY_TENSOR,
+)
 
 
 @kernel(SQUARE_OP)
@@ -324,11 +339,26 @@ def _gelu_backward_grad(ctx, gg):
     return dg, gg * g * d2
 
 
-GELU = defop("gelu", ["input"], [Attr("approximate", str, "none", ("none", "tanh"))], meta=_gelu_meta,
-             dtypes=FLOAT, grad=_gelu_grad, save="inputs", elementwise=True)
-GELU_BACKWARD = defop("gelu_backward", ["grad_output", "input"],
-                      [Attr("approximate", str, "none", ("none", "tanh"))], meta=M.same_shapes("gelu_backward"),
-                      dtypes=FLOAT, grad=_gelu_backward_grad, save="inputs", elementwise=True)
+GELU = defop(
+    "gelu",
+    ["input"],
+    [Attr("approximate", str, "none", ("none", "tanh"))],
+    meta=_gelu_meta,
+    dtypes=FLOAT,
+    grad=_gelu_grad,
+    save="inputs",
+    elementwise=True,
+)
+GELU_BACKWARD = defop(
+    "gelu_backward",
+    ["grad_output", "input"],
+    [Attr("approximate", str, "none", ("none", "tanh"))],
+    meta=M.same_shapes("gelu_backward"),
+    dtypes=FLOAT,
+    grad=_gelu_backward_grad,
+    save="inputs",
+    elementwise=True,
+)
 
 
 @kernel(GELU)
@@ -386,8 +416,16 @@ def _softplus_grad(ctx, g):
     return (g * where(bx > ctx.attrs["threshold"], 1.0, sigmoid(bx)),)
 
 
-SOFTPLUS = defop("softplus", ["input"], [Attr("beta", float, 1.0), Attr("threshold", float, 20.0)],
-                 meta=_softplus_meta, dtypes=FLOAT, save="inputs", elementwise=True, grad=_softplus_grad)
+SOFTPLUS = defop(
+    "softplus",
+    ["input"],
+    [Attr("beta", float, 1.0), Attr("threshold", float, 20.0)],
+    meta=_softplus_meta,
+    dtypes=FLOAT,
+    save="inputs",
+    elementwise=True,
+    grad=_softplus_grad,
+)
 
 
 @kernel(SOFTPLUS)
@@ -430,8 +468,12 @@ def _gelu_samples():
 def _gelu_bw_samples():
     for approx in ("none", "tanh"):
         yield SampleInput((S.uniform((3, 5), -1, 1, 2), S.uniform((3, 5), -3, 3, 1)), {"approximate": approx})
-    yield ErrorInput((S.uniform((5,), seed=2), S.uniform((3, 5), seed=1)), {}, _OpError,
-                     "'input' must have the shape and dtype of 'grad_output'")
+    yield ErrorInput(
+        (S.uniform((5,), seed=2), S.uniform((3, 5), seed=1)),
+        {},
+        _OpError,
+        "'input' must have the shape and dtype of 'grad_output'",
+    )
 
 
 def _softplus_samples():
@@ -444,8 +486,42 @@ set_samples(GELU_BACKWARD, _gelu_bw_samples)
 set_samples(SOFTPLUS, _softplus_samples)
 
 __all__ = [
-    "exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan",
-    "sinh", "cosh", "tanh", "sigmoid", "erf", "reciprocal", "arcsin", "arccos", "arctan", "neg", "abs", "sign",
-    "relu", "floor", "ceil", "trunc", "negative", "absolute", "round", "square", "positive", "gelu", "silu",
+    "exp",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "reciprocal",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "neg",
+    "abs",
+    "sign",
+    "relu",
+    "floor",
+    "ceil",
+    "trunc",
+    "negative",
+    "absolute",
+    "round",
+    "square",
+    "positive",
+    "gelu",
+    "silu",
     "softplus",
 ]

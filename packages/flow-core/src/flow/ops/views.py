@@ -70,8 +70,15 @@ def _basic_index_grad(ctx, g):
     return (call(BASIC_INDEX_PUT, z, g, index=ctx.attrs["index"]),)
 
 
-BASIC_INDEX = defop("basic_index", ["input"], [Attr("index", tuple)], meta=_basic_index_meta, dtypes=ANY,
-                    grad=_basic_index_grad, save="none")
+BASIC_INDEX = defop(
+    "basic_index",
+    ["input"],
+    [Attr("index", tuple)],
+    meta=_basic_index_meta,
+    dtypes=ANY,
+    grad=_basic_index_grad,
+    save="none",
+)
 
 
 @kernel(BASIC_INDEX)
@@ -89,8 +96,10 @@ def _basic_put_meta(x, values, index):
     region = index_shape("basic_index_put", x.shape, index)
     M.broadcast_shapes("basic_index_put", region, tuple(values.shape))
     if len(values.shape) > len(region) or M.broadcast_shapes("basic_index_put", region, values.shape) != region:
-        raise OpError("basic_index_put", f"'values' of shape {tuple(values.shape)} cannot be broadcast to the "
-                                         f"indexed region of shape {region}")
+        raise OpError(
+            "basic_index_put",
+            f"'values' of shape {tuple(values.shape)} cannot be broadcast to the indexed region of shape {region}",
+        )
     return M.TensorMeta(tuple(x.shape), x.dtype, dev)
 
 
@@ -106,8 +115,15 @@ def _basic_put_grad(ctx, g):
     return gx, gv
 
 
-BASIC_INDEX_PUT = defop("basic_index_put", ["input", "values"], [Attr("index", tuple)], meta=_basic_put_meta,
-                        dtypes=ANY, grad=_basic_put_grad, save="none")
+BASIC_INDEX_PUT = defop(
+    "basic_index_put",
+    ["input", "values"],
+    [Attr("index", tuple)],
+    meta=_basic_put_meta,
+    dtypes=ANY,
+    grad=_basic_put_grad,
+    save="none",
+)
 
 
 @kernel(BASIC_INDEX_PUT)
@@ -175,7 +191,7 @@ def _split_meta(x, sizes, dim):
     if not sizes or any(s < 0 for s in sizes) or sum(sizes) != n:
         raise OpError("split", f"split sizes {list(sizes)} must be non-negative and sum to the size {n} of dim {d}")
     s = tuple(x.shape)
-    return tuple(M.TensorMeta(s[:d] + (k,) + s[d + 1:], x.dtype, x.device) for k in sizes)
+    return tuple(M.TensorMeta(s[:d] + (k,) + s[d + 1 :], x.dtype, x.device) for k in sizes)
 
 
 def _split_grad(ctx, *gs):
@@ -184,8 +200,16 @@ def _split_grad(ctx, *gs):
     return (cat(list(gs), ctx.attrs["dim"]),)
 
 
-SPLIT = defop("split", ["input"], [Attr("sizes", tuple, items=int), Attr("dim", int, 0)], outputs=("*outs",),
-              meta=_split_meta, dtypes=ANY, grad=_split_grad, save="none")
+SPLIT = defop(
+    "split",
+    ["input"],
+    [Attr("sizes", tuple, items=int), Attr("dim", int, 0)],
+    outputs=("*outs",),
+    meta=_split_meta,
+    dtypes=ANY,
+    grad=_split_grad,
+    save="none",
+)
 
 
 @kernel(SPLIT)
@@ -217,8 +241,11 @@ def split(tensor, split_size_or_sections, dim: int = 0):
         try:
             sizes = [int(k) for k in split_size_or_sections]
         except TypeError:
-            raise OpTypeError("split", "split_size_or_sections must be an int or a sequence of ints, got "
-                                       f"{type(split_size_or_sections).__name__}") from None
+            raise OpTypeError(
+                "split",
+                "split_size_or_sections must be an int or a sequence of ints, got "
+                f"{type(split_size_or_sections).__name__}",
+            ) from None
         if any(k < 0 for k in sizes) or sum(sizes) != n:
             raise OpError("split", f"split sizes {sizes} must be non-negative and sum to the size {n} of dim {d}")
     outs = call(SPLIT, tensor, sizes=tuple(sizes), dim=d)
@@ -261,7 +288,7 @@ def _unbind_meta(x, dim):
         raise OpError("unbind", "cannot unbind a 0-d tensor")
     d = M.wrap_dim("unbind", dim, nd)
     s = tuple(x.shape)
-    return tuple(M.TensorMeta(s[:d] + s[d + 1:], x.dtype, x.device) for _ in range(s[d]))
+    return tuple(M.TensorMeta(s[:d] + s[d + 1 :], x.dtype, x.device) for _ in range(s[d]))
 
 
 def _unbind_grad(ctx, *gs):
@@ -270,8 +297,16 @@ def _unbind_grad(ctx, *gs):
     return (stack(list(gs), ctx.attrs["dim"]),)
 
 
-UNBIND = defop("unbind", ["input"], [Attr("dim", int, 0)], outputs=("*outs",), meta=_unbind_meta, dtypes=ANY,
-               grad=_unbind_grad, save="none")
+UNBIND = defop(
+    "unbind",
+    ["input"],
+    [Attr("dim", int, 0)],
+    outputs=("*outs",),
+    meta=_unbind_meta,
+    dtypes=ANY,
+    grad=_unbind_grad,
+    save="none",
+)
 
 
 @kernel(UNBIND)
@@ -331,7 +366,7 @@ def unflatten(input, dim: int, sizes):
     except OpError:
         raise OpError("unflatten", f"sizes {sizes} do not multiply to the size {input.shape[d]} of dim {d}") from None
     s = tuple(input.shape)
-    return reshape(input, s[:d] + sizes + s[d + 1:])
+    return reshape(input, s[:d] + sizes + s[d + 1 :])
 
 
 # -- diagonal --------------------------------------------------------------------------------
@@ -355,13 +390,13 @@ def _diagonal_meta(x, offset=0, dim1=0, dim2=1):
 
 def _diagonal_grad(ctx, g):
     a = ctx.attrs
-    return (call(DIAGONAL_BACKWARD, g, shape=tuple(ctx.input_shape(0)), offset=a["offset"], dim1=a["dim1"],
-                 dim2=a["dim2"]),)
+    return (
+        call(DIAGONAL_BACKWARD, g, shape=tuple(ctx.input_shape(0)), offset=a["offset"], dim1=a["dim1"], dim2=a["dim2"]),
+    )
 
 
 _DIAG_ATTRS = [Attr("offset", int, 0), Attr("dim1", int, 0), Attr("dim2", int, 1)]
-DIAGONAL = defop("diagonal", ["input"], _DIAG_ATTRS, meta=_diagonal_meta, dtypes=ANY, grad=_diagonal_grad,
-                 save="none")
+DIAGONAL = defop("diagonal", ["input"], _DIAG_ATTRS, meta=_diagonal_meta, dtypes=ANY, grad=_diagonal_grad, save="none")
 
 
 def _diag_view(xp, x, offset, dim1, dim2):
@@ -388,8 +423,10 @@ def _diag_bw_meta(g, shape, offset=0, dim1=0, dim2=1):
         raise OpError("diagonal_backward", f"'shape' must hold non-negative sizes, got {tuple(shape)}")
     want = _diag_dims("diagonal_backward", tuple(shape), offset, dim1, dim2)[3]
     if tuple(g.shape) != want:
-        raise OpError("diagonal_backward", f"'grad' must have shape {want} for an output of shape {tuple(shape)}, "
-                                           f"got {tuple(g.shape)}")
+        raise OpError(
+            "diagonal_backward",
+            f"'grad' must have shape {want} for an output of shape {tuple(shape)}, got {tuple(g.shape)}",
+        )
     return M.TensorMeta(tuple(shape), g.dtype, g.device)
 
 
@@ -398,8 +435,15 @@ def _diag_bw_grad(ctx, gg):
     return (call(DIAGONAL, gg, offset=a["offset"], dim1=a["dim1"], dim2=a["dim2"]),)
 
 
-DIAGONAL_BACKWARD = defop("diagonal_backward", ["grad"], [Attr("shape", tuple, items=int)] + _DIAG_ATTRS,
-                          meta=_diag_bw_meta, dtypes=ANY, grad=_diag_bw_grad, save="none")
+DIAGONAL_BACKWARD = defop(
+    "diagonal_backward",
+    ["grad"],
+    [Attr("shape", tuple, items=int)] + _DIAG_ATTRS,
+    meta=_diag_bw_meta,
+    dtypes=ANY,
+    grad=_diag_bw_grad,
+    save="none",
+)
 
 
 @kernel(DIAGONAL_BACKWARD)
@@ -529,5 +573,18 @@ set_samples(UNBIND, _unbind_samples)
 set_samples(DIAGONAL, _diag_samples)
 set_samples(DIAGONAL_BACKWARD, _diag_bw_samples)
 
-__all__ = ["select", "narrow", "split", "chunk", "tensor_split", "unbind", "movedim", "moveaxis", "unflatten",
-           "diagonal", "diag", "diag_embed", "diagflat"]
+__all__ = [
+    "select",
+    "narrow",
+    "split",
+    "chunk",
+    "tensor_split",
+    "unbind",
+    "movedim",
+    "moveaxis",
+    "unflatten",
+    "diagonal",
+    "diag",
+    "diag_embed",
+    "diagflat",
+]

@@ -12,5 +12,16 @@ from flow.optim.sgd import SGD
 
 Lamb = LAMB
 
-__all__ = ["Optimizer", "OptimizerError", "OptimizerTypeError", "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "LAMB",
-           "Lamb", "lr_scheduler"]
+__all__ = [
+    "Optimizer",
+    "OptimizerError",
+    "OptimizerTypeError",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Adagrad",
+    "RMSprop",
+    "LAMB",
+    "Lamb",
+    "lr_scheduler",
+]

@@ -131,8 +131,10 @@ class FlatBucket:
         if hit is not None and hit[0] is buf:
             return hit[1]
         cdt = D.NP_TO_DTYPE[np.dtype(self.cdtype)]
-        views = [Tensor._make(buf[int(o):int(o) + int(n)].reshape(shape), cdt, self.device)
-                 for o, n, shape in zip(self.offsets, self.numels, self.shapes)]
+        views = [
+            Tensor._make(buf[int(o) : int(o) + int(n)].reshape(shape), cdt, self.device)
+            for o, n, shape in zip(self.offsets, self.numels, self.shapes)
+        ]
         self._views[name] = (buf, views)
         return views
 
@@ -148,7 +150,7 @@ class FlatBucket:
     def param_state(self, i: int) -> dict:
         """``{name: array view}`` of the states that hold a value for parameter ``i``."""
         o, n, shape = int(self.offsets[i]), int(self.numels[i]), self.shapes[i]
-        return {k: buf[o:o + n].reshape(shape) for k, buf in self.states.items() if self.present[k][i]}
+        return {k: buf[o : o + n].reshape(shape) for k, buf in self.states.items() if self.present[k][i]}
 
     def set_param_state(self, i: int, name: str, value) -> None:
         """Copy ``value`` (any array-like of the parameter's size) into state ``name`` of parameter ``i``."""
@@ -160,7 +162,7 @@ class FlatBucket:
                 f"{n} (shape {self.shapes[i]})"
             )
         buf = self.state(name)
-        buf[o:o + n] = self.xp.asarray(arr.reshape(-1).astype(self.cdtype, copy=False))
+        buf[o : o + n] = self.xp.asarray(arr.reshape(-1).astype(self.cdtype, copy=False))
         self.present[name][i] = True
 
     def clear_state(self) -> None:

@@ -181,7 +181,7 @@ def write_params(flat, params) -> None:
     o = 0
     for a in params:
         n = int(a.size)
-        a[...] = flat[o:o + n].reshape(a.shape)
+        a[...] = flat[o : o + n].reshape(a.shape)
         o += n
 
 
@@ -233,14 +233,14 @@ def _native_lists(params, grads, cdtype, scratch: Scratch):
     for a, g in zip(params, grads):
         if need_p and not _updatable(a, cdtype):
             n = int(a.size)
-            c = pbuf[po:po + n].reshape(a.shape)
+            c = pbuf[po : po + n].reshape(a.shape)
             c[...] = a
             copies.append((a, c))
             a = c
             po += n
         if need_g and not _is_plain(g, cdtype):
             n = int(g.size)
-            c = gbuf[go:go + n].reshape(g.shape)
+            c = gbuf[go : go + n].reshape(g.shape)
             c[...] = g
             g = c
             go += n
@@ -255,8 +255,21 @@ def _write_copies(copies) -> None:
 
 
 # -- the fused updates ---------------------------------------------------------------------------
-def sgd_step(xp, params, grads, buf, cdtype, scratch: Scratch, lr: float, momentum: float, dampening: float,
-             nesterov: bool, weight_decay: float, first_step: bool, maximize: bool) -> None:
+def sgd_step(
+    xp,
+    params,
+    grads,
+    buf,
+    cdtype,
+    scratch: Scratch,
+    lr: float,
+    momentum: float,
+    dampening: float,
+    nesterov: bool,
+    weight_decay: float,
+    first_step: bool,
+    maximize: bool,
+) -> None:
     """One torch.optim.SGD step of ``params`` (in place) from ``grads``; ``buf`` is the flat momentum
     buffer of the run (None without momentum), overwritten on ``first_step``."""
     from flow.optim.sgd import sgd_numpy
@@ -267,12 +280,36 @@ def sgd_step(xp, params, grads, buf, cdtype, scratch: Scratch, lr: float, moment
         _native().sgd_update_multi(ps, gs, buf, lr, momentum, dampening, nesterov, weight_decay, first, maximize)
         _write_copies(copies)
         return
-    flat_update(lambda p, g: sgd_numpy(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first),
-                xp, params, grads, cdtype, scratch, maximize)
+    flat_update(
+        lambda p, g: sgd_numpy(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first),
+        xp,
+        params,
+        grads,
+        cdtype,
+        scratch,
+        maximize,
+    )
 
 
-def adam_step(xp, params, grads, m, v, vmax, cdtype, scratch: Scratch, step: int, lr: float, beta1: float,
-              beta2: float, eps: float, weight_decay: float, decoupled: bool, amsgrad: bool, maximize: bool) -> None:
+def adam_step(
+    xp,
+    params,
+    grads,
+    m,
+    v,
+    vmax,
+    cdtype,
+    scratch: Scratch,
+    step: int,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+    amsgrad: bool,
+    maximize: bool,
+) -> None:
     """One torch.optim.Adam / AdamW step of ``params`` (in place); ``m``, ``v``, ``vmax`` are the run's flat
     states (``vmax`` None without AMSGrad) and ``step`` the 1-based step count."""
     from flow.optim.adam import adam_numpy

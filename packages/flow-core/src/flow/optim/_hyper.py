@@ -50,8 +50,17 @@ def as_real(owner: str, name: str, value, tensor: bool = False) -> float:
 class Real:
     """A finite real in ``[lo, hi]`` (``lo_open`` / ``hi_open`` exclude the bound)."""
 
-    def __init__(self, desc: str, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-                 hi_open: bool = False, tensor: bool = False, finite: bool = True) -> None:
+    def __init__(
+        self,
+        desc: str,
+        lo: float | None = None,
+        hi: float | None = None,
+        *,
+        lo_open: bool = False,
+        hi_open: bool = False,
+        tensor: bool = False,
+        finite: bool = True,
+    ) -> None:
         self.desc, self.lo, self.hi, self.lo_open, self.hi_open = desc, lo, hi, lo_open, hi_open
         self.tensor, self.finite = tensor, finite
 
@@ -114,8 +123,9 @@ class Choice:
         if not isinstance(value, str):
             raise OptimizerTypeError(f"{owner}: {name} must be a str, got {type(value).__name__} {_show(value)}")
         if value not in self.choices:
-            raise OptimizerError(f"{owner}: Invalid {self.desc}: {value!r} ({name} must be one of "
-                                 f"{', '.join(map(repr, self.choices))})")
+            raise OptimizerError(
+                f"{owner}: Invalid {self.desc}: {value!r} ({name} must be one of {', '.join(map(repr, self.choices))})"
+            )
         return value
 
 
@@ -128,8 +138,9 @@ class Betas:
 
     def check(self, owner: str, name: str, value) -> tuple:
         if not isinstance(value, (tuple, list)) or len(value) != self.n:
-            raise OptimizerTypeError(f"{owner}: {name} must be a tuple of {self.n} floats, got "
-                                     f"{type(value).__name__} {_show(value)}")
+            raise OptimizerTypeError(
+                f"{owner}: {name} must be a tuple of {self.n} floats, got {type(value).__name__} {_show(value)}"
+            )
         return tuple(spec.check(owner, f"{name}[{i}]", b) for i, (spec, b) in enumerate(zip(self.items, value)))
 
 

@@ -15,8 +15,10 @@ def _lrs(optimizer: Optimizer, key: str = "lr") -> list:
 
 def check_optimizer(owner: str, optimizer) -> None:
     if not isinstance(optimizer, Optimizer):
-        raise OptimizerTypeError(f"{owner}: {type(optimizer).__name__} is not an Optimizer (the first argument "
-                                 "must be the flow.optim optimizer to schedule)")
+        raise OptimizerTypeError(
+            f"{owner}: {type(optimizer).__name__} is not an Optimizer (the first argument "
+            "must be the flow.optim optimizer to schedule)"
+        )
 
 
 def check_args(owner: str, specs: dict, values: dict) -> None:
@@ -30,8 +32,7 @@ def per_group(owner: str, name: str, optimizer: Optimizer, value, spec) -> list:
     n = len(optimizer.param_groups)
     if isinstance(value, (list, tuple)):
         if len(value) != n:
-            raise OptimizerError(f"{owner}: expected {n} values for {name} (one per parameter group), got "
-                                 f"{len(value)}")
+            raise OptimizerError(f"{owner}: expected {n} values for {name} (one per parameter group), got {len(value)}")
         vals = list(value)
     else:
         vals = [value] * n
@@ -72,11 +73,14 @@ class LRScheduler:
         else:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
-                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming "
-                                   "a scheduler with last_epoch >= 0 (load the optimizer's state first)")
+                    raise KeyError(
+                        f"param 'initial_lr' is not specified in param_groups[{i}] when resuming "
+                        "a scheduler with last_epoch >= 0 (load the optimizer's state first)"
+                    )
         for i, group in enumerate(optimizer.param_groups):
-            Real("initial learning rate", 0.0, tensor=True).check(owner, f"param_groups[{i}]['initial_lr']",
-                                                                   group["initial_lr"])
+            Real("initial learning rate", 0.0, tensor=True).check(
+                owner, f"param_groups[{i}]['initial_lr']", group["initial_lr"]
+            )
         self.base_lrs = _lrs(optimizer, "initial_lr")
         self.last_epoch = last_epoch
         self._is_initial = False
@@ -96,8 +100,10 @@ class LRScheduler:
 
     def load_state_dict(self, state_dict: dict) -> None:
         if not isinstance(state_dict, dict):
-            raise OptimizerTypeError(f"{type(self).__name__}: load_state_dict expects a dict (from state_dict()), "
-                                     f"got {type(state_dict).__name__}")
+            raise OptimizerTypeError(
+                f"{type(self).__name__}: load_state_dict expects a dict (from state_dict()), "
+                f"got {type(state_dict).__name__}"
+            )
         self.__dict__.update(state_dict)
 
     def get_last_lr(self) -> list:
@@ -111,8 +117,11 @@ class LRScheduler:
         check_epoch(type(self).__name__, epoch)
         self._step_count += 1
         if epoch is not None:
-            warnings.warn("passing an epoch to step() is deprecated; it uses the closed form when there is one",
-                          UserWarning, stacklevel=2)
+            warnings.warn(
+                "passing an epoch to step() is deprecated; it uses the closed form when there is one",
+                UserWarning,
+                stacklevel=2,
+            )
         self._update_lr(epoch)
 
     def _update_lr(self, epoch: int | None = None) -> None:

@@ -13,34 +13,64 @@ from flow.optim.optimizer import Optimizer
 class OneCycleLR(LRScheduler):
     """The 1cycle policy: warm up to ``max_lr`` then anneal far below the initial lr (cycling momentum)."""
 
-    def __init__(self, optimizer: Optimizer, max_lr, total_steps: int | None = None, epochs: int | None = None,
-                 steps_per_epoch: int | None = None, pct_start: float = 0.3, anneal_strategy: str = "cos",
-                 cycle_momentum: bool = True, base_momentum=0.85, max_momentum=0.95, div_factor: float = 25.0,
-                 final_div_factor: float = 1e4, three_phase: bool = False, last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        max_lr,
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum=0.85,
+        max_momentum=0.95,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        three_phase: bool = False,
+        last_epoch: int = -1,
+    ) -> None:
         o = "OneCycleLR"
         check_optimizer(o, optimizer)
         if total_steps is not None:
             Int("total_steps", 1).check(o, "total_steps", total_steps)
             n = int(total_steps)
         elif epochs is not None and steps_per_epoch is not None:
-            check_args(o, {"epochs": Int("epochs", 1), "steps_per_epoch": Int("steps_per_epoch", 1)},
-                       dict(epochs=epochs, steps_per_epoch=steps_per_epoch))
+            check_args(
+                o,
+                {"epochs": Int("epochs", 1), "steps_per_epoch": Int("steps_per_epoch", 1)},
+                dict(epochs=epochs, steps_per_epoch=steps_per_epoch),
+            )
             n = int(epochs) * int(steps_per_epoch)
         else:
             raise OptimizerError(f"{o}: You must define either total_steps OR (epochs AND steps_per_epoch)")
-        check_args(o, {"pct_start": Real("pct_start", 0.0, 1.0),
-                       "anneal_strategy": Choice("anneal_strategy", ("cos", "linear")),
-                       "cycle_momentum": Flag(), "div_factor": Real("div_factor", 0.0, lo_open=True),
-                       "final_div_factor": Real("final_div_factor", 0.0, lo_open=True), "three_phase": Flag(),
-                       "last_epoch": Int("last_epoch", -1)},
-                   dict(pct_start=pct_start, anneal_strategy=anneal_strategy, cycle_momentum=cycle_momentum,
-                        div_factor=div_factor, final_div_factor=final_div_factor, three_phase=three_phase,
-                        last_epoch=last_epoch))
+        check_args(
+            o,
+            {
+                "pct_start": Real("pct_start", 0.0, 1.0),
+                "anneal_strategy": Choice("anneal_strategy", ("cos", "linear")),
+                "cycle_momentum": Flag(),
+                "div_factor": Real("div_factor", 0.0, lo_open=True),
+                "final_div_factor": Real("final_div_factor", 0.0, lo_open=True),
+                "three_phase": Flag(),
+                "last_epoch": Int("last_epoch", -1),
+            },
+            dict(
+                pct_start=pct_start,
+                anneal_strategy=anneal_strategy,
+                cycle_momentum=cycle_momentum,
+                div_factor=div_factor,
+                final_div_factor=final_div_factor,
+                three_phase=three_phase,
+                last_epoch=last_epoch,
+            ),
+        )
         max_lrs = per_group(o, "max_lr", optimizer, max_lr, Real("max_lr", 0.0, lo_open=True))
         if cycle_momentum:
             if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise OptimizerError(f"{o}: optimizer must support momentum or beta1 with `cycle_momentum` option "
-                                     "enabled")
+                raise OptimizerError(
+                    f"{o}: optimizer must support momentum or beta1 with `cycle_momentum` option enabled"
+                )
             use_beta1 = "betas" in optimizer.defaults
             mspec = Real("momentum", 0.0, 1.0, hi_open=use_beta1)  # as beta1 it must stay < 1
             max_ms = per_group(o, "max_momentum", optimizer, max_momentum, mspec)
@@ -49,19 +79,44 @@ class OneCycleLR(LRScheduler):
         self.total_steps = n
         if three_phase:
             self._schedule_phases = [
-                dict(end_step=float(pct_start * n) - 1, start_lr="initial_lr", end_lr="max_lr",
-                     start_momentum="max_momentum", end_momentum="base_momentum"),
-                dict(end_step=float(2 * pct_start * n) - 2, start_lr="max_lr", end_lr="initial_lr",
-                     start_momentum="base_momentum", end_momentum="max_momentum"),
-                dict(end_step=n - 1, start_lr="initial_lr", end_lr="min_lr",
-                     start_momentum="max_momentum", end_momentum="max_momentum"),
+                dict(
+                    end_step=float(pct_start * n) - 1,
+                    start_lr="initial_lr",
+                    end_lr="max_lr",
+                    start_momentum="max_momentum",
+                    end_momentum="base_momentum",
+                ),
+                dict(
+                    end_step=float(2 * pct_start * n) - 2,
+                    start_lr="max_lr",
+                    end_lr="initial_lr",
+                    start_momentum="base_momentum",
+                    end_momentum="max_momentum",
+                ),
+                dict(
+                    end_step=n - 1,
+                    start_lr="initial_lr",
+                    end_lr="min_lr",
+                    start_momentum="max_momentum",
+                    end_momentum="max_momentum",
+                ),
             ]
         else:
             self._schedule_phases = [
-                dict(end_step=float(pct_start * n) - 1, start_lr="initial_lr", end_lr="max_lr",
-                     start_momentum="max_momentum", end_momentum="base_momentum"),
-                dict(end_step=n - 1, start_lr="max_lr", end_lr="min_lr",
-                     start_momentum="base_momentum", end_momentum="max_momentum"),
+                dict(
+                    end_step=float(pct_start * n) - 1,
+                    start_lr="initial_lr",
+                    end_lr="max_lr",
+                    start_momentum="max_momentum",
+                    end_momentum="base_momentum",
+                ),
+                dict(
+                    end_step=n - 1,
+                    start_lr="max_lr",
+                    end_lr="min_lr",
+                    start_momentum="base_momentum",
+                    end_momentum="max_momentum",
+                ),
             ]
         self._anneal_func_type = anneal_strategy
         if last_epoch == -1:
@@ -91,8 +146,9 @@ class OneCycleLR(LRScheduler):
         lrs = []
         step_num = self.last_epoch
         if step_num > self.total_steps:
-            raise OptimizerError(f"OneCycleLR: Tried to step {step_num} times. The specified number of total steps "
-                                 f"is {self.total_steps}")
+            raise OptimizerError(
+                f"OneCycleLR: Tried to step {step_num} times. The specified number of total steps is {self.total_steps}"
+            )
         for group in self.optimizer.param_groups:
             start_step = 0.0
             for i, phase in enumerate(self._schedule_phases):
@@ -116,18 +172,41 @@ class OneCycleLR(LRScheduler):
 class ReduceLROnPlateau(LRScheduler):
     """Multiply the lr by ``factor`` when a metric has not improved for ``patience`` epochs."""
 
-    def __init__(self, optimizer: Optimizer, mode: str = "min", factor: float = 0.1, patience: int = 10,
-                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0, min_lr=0,
-                 eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr=0,
+        eps: float = 1e-8,
+    ) -> None:
         o = "ReduceLROnPlateau"
         check_optimizer(o, optimizer)
-        check_args(o, {"mode": Choice("mode", ("min", "max")),
-                       "factor": Real("Factor", 0.0, 1.0, hi_open=True),
-                       "patience": Int("patience", 0), "threshold": Real("threshold", 0.0),
-                       "threshold_mode": Choice("threshold mode", ("rel", "abs")), "cooldown": Int("cooldown", 0),
-                       "eps": Real("eps", 0.0)},
-                   dict(mode=mode, factor=factor, patience=patience, threshold=threshold,
-                        threshold_mode=threshold_mode, cooldown=cooldown, eps=eps))
+        check_args(
+            o,
+            {
+                "mode": Choice("mode", ("min", "max")),
+                "factor": Real("Factor", 0.0, 1.0, hi_open=True),
+                "patience": Int("patience", 0),
+                "threshold": Real("threshold", 0.0),
+                "threshold_mode": Choice("threshold mode", ("rel", "abs")),
+                "cooldown": Int("cooldown", 0),
+                "eps": Real("eps", 0.0),
+            },
+            dict(
+                mode=mode,
+                factor=factor,
+                patience=patience,
+                threshold=threshold,
+                threshold_mode=threshold_mode,
+                cooldown=cooldown,
+                eps=eps,
+            ),
+        )
         min_lrs = per_group(o, "min_lr", optimizer, min_lr, Real("min_lr", 0.0))
         self.factor = factor
         self.optimizer = optimizer
@@ -172,8 +251,10 @@ class ReduceLROnPlateau(LRScheduler):
         groups = self.optimizer.param_groups
         if len(groups) != len(self.min_lrs):
             if self.default_min_lr is None:
-                raise OptimizerError(f"ReduceLROnPlateau: The number of param groups in the optimizer ({len(groups)}) "
-                                     f"differs from when ReduceLROnPlateau was initialized ({len(self.min_lrs)})")
+                raise OptimizerError(
+                    f"ReduceLROnPlateau: The number of param groups in the optimizer ({len(groups)}) "
+                    f"differs from when ReduceLROnPlateau was initialized ({len(self.min_lrs)})"
+                )
             self.min_lrs = [self.default_min_lr] * len(groups)
         for i, group in enumerate(groups):
             old = float(group["lr"])
@@ -205,5 +286,3 @@ class ReduceLROnPlateau(LRScheduler):
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
         self._init_is_better(self.mode, self.threshold, self.threshold_mode)
-
-

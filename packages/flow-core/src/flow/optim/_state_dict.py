@@ -24,16 +24,19 @@ def check_state_dict(opt, state_dict) -> tuple[list, dict]:
     """``(new param_groups, {id(param): {name: value}})`` from ``state_dict``, or OptimizerError."""
     name = type(opt).__name__
     if not isinstance(state_dict, Mapping):
-        raise OptimizerTypeError(f"{name}: load_state_dict expects a dict (from state_dict()), got "
-                                 f"{type(state_dict).__name__}")
+        raise OptimizerTypeError(
+            f"{name}: load_state_dict expects a dict (from state_dict()), got {type(state_dict).__name__}"
+        )
     if "param_groups" not in state_dict:
         raise OptimizerError(f"{name}: loaded state dict has no 'param_groups' (keys: {sorted(map(str, state_dict))})")
     saved = state_dict["param_groups"]
     if not isinstance(saved, (list, tuple)) or not all(isinstance(s, Mapping) and "params" in s for s in saved):
         raise OptimizerError(f"{name}: loaded state dict's 'param_groups' must be a list of dicts with 'params'")
     if len(saved) != len(opt.param_groups):
-        raise OptimizerError(f"{name}: loaded state dict has {len(saved)} parameter groups, but the optimizer has "
-                             f"{len(opt.param_groups)}")
+        raise OptimizerError(
+            f"{name}: loaded state dict has {len(saved)} parameter groups, but the optimizer has "
+            f"{len(opt.param_groups)}"
+        )
     id_map: dict = {}
     groups = []
     for gi, (g, s) in enumerate(zip(opt.param_groups, saved)):
@@ -41,11 +44,14 @@ def check_state_dict(opt, state_dict) -> tuple[list, dict]:
         if len(idx) != len(g["params"]):
             raise OptimizerError(
                 f"{name}: loaded state dict contains a parameter group {gi} with {len(idx)} parameters, "
-                f"which doesn't match the size of the optimizer's group ({len(g['params'])})")
+                f"which doesn't match the size of the optimizer's group ({len(g['params'])})"
+            )
         for j, (k, p) in enumerate(zip(idx, g["params"])):
             if isinstance(k, bool) or not isinstance(k, (numbers.Integral, np.integer)):
-                raise OptimizerTypeError(f"{name}: loaded param_groups[{gi}]['params'][{j}] must be an int index, "
-                                         f"got {type(k).__name__} {k!r}")
+                raise OptimizerTypeError(
+                    f"{name}: loaded param_groups[{gi}]['params'][{j}] must be an int index, "
+                    f"got {type(k).__name__} {k!r}"
+                )
             if int(k) in id_map:
                 raise OptimizerError(f"{name}: loaded state dict lists parameter index {k} more than once")
             id_map[int(k)] = (gi, p)
@@ -66,8 +72,10 @@ def check_state_dict(opt, state_dict) -> tuple[list, dict]:
     for k, st in states.items():
         key = int(k) if isinstance(k, (numbers.Integral, np.integer)) and not isinstance(k, bool) else None
         if key not in id_map:
-            raise OptimizerError(f"{name}: loaded state dict has state for parameter {k!r}, which no parameter group "
-                                 f"lists (indices {min(id_map)}..{max(id_map)})")
+            raise OptimizerError(
+                f"{name}: loaded state dict has state for parameter {k!r}, which no parameter group "
+                f"lists (indices {min(id_map)}..{max(id_map)})"
+            )
         if not isinstance(st, Mapping):
             raise OptimizerTypeError(f"{name}: loaded state of parameter {k} must be a dict, got {type(st).__name__}")
         gi, p = id_map[key]
@@ -83,19 +91,24 @@ def _check_param_state(opt, group: dict, index: int, p, st: Mapping) -> dict:
         if v is None:  # torch's SGD keeps momentum_buffer=None without momentum
             continue
         if k not in allowed:
-            raise OptimizerError(f"{name}: loaded state of parameter {index} has '{k}', which {name} with these "
-                                 f"options does not keep (expected {', '.join(sorted(allowed)) or 'no state'})")
+            raise OptimizerError(
+                f"{name}: loaded state of parameter {index} has '{k}', which {name} with these "
+                f"options does not keep (expected {', '.join(sorted(allowed)) or 'no state'})"
+            )
         arr = _as_array(name, index, k, v)
         if k == "step":
             s = float(arr.reshape(-1)[0]) if arr.size == 1 else math.nan
             if not (math.isfinite(s) and s >= 0 and s == int(s)):
-                raise OptimizerError(f"{name}: loaded state of parameter {index} has step {_short(v)}; expected a "
-                                     "whole number >= 0")
+                raise OptimizerError(
+                    f"{name}: loaded state of parameter {index} has step {_short(v)}; expected a whole number >= 0"
+                )
             out[k] = int(s)
             continue
         if tuple(arr.shape) != tuple(p.shape):
-            raise OptimizerError(f"{name}: loaded state '{k}' of parameter {index} has shape {tuple(arr.shape)}, but "
-                                 f"the parameter has shape {tuple(p.shape)}")
+            raise OptimizerError(
+                f"{name}: loaded state '{k}' of parameter {index} has shape {tuple(arr.shape)}, but "
+                f"the parameter has shape {tuple(p.shape)}"
+            )
         out[k] = np.array(arr, copy=True)
     return out
 
@@ -106,11 +119,13 @@ def _as_array(name: str, index: int, key: str, v) -> np.ndarray:
     elif isinstance(v, (np.ndarray, numbers.Real, np.generic)) and not isinstance(v, (bool, np.bool_)):
         arr = np.asarray(v)
     else:
-        raise OptimizerTypeError(f"{name}: loaded state '{key}' of parameter {index} must be a Tensor or an array, "
-                                 f"got {type(v).__name__}")
+        raise OptimizerTypeError(
+            f"{name}: loaded state '{key}' of parameter {index} must be a Tensor or an array, got {type(v).__name__}"
+        )
     if arr.dtype.kind not in "fiu":
-        raise OptimizerTypeError(f"{name}: loaded state '{key}' of parameter {index} has dtype {arr.dtype}; expected "
-                                 "a real number type")
+        raise OptimizerTypeError(
+            f"{name}: loaded state '{key}' of parameter {index} has dtype {arr.dtype}; expected a real number type"
+        )
     return arr
 
 

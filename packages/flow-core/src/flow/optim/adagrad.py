@@ -15,13 +15,30 @@ class Adagrad(Optimizer):
     when the optimizer is built, not at the first step.
     """
 
-    _hyper = {"lr_decay": Real("lr_decay value", 0.0),
-              "initial_accumulator_value": Real("initial_accumulator_value value", 0.0)}
+    _hyper = {
+        "lr_decay": Real("lr_decay value", 0.0),
+        "initial_accumulator_value": Real("initial_accumulator_value value", 0.0),
+    }
 
-    def __init__(self, params, lr=1e-2, lr_decay: float = 0, weight_decay: float = 0,
-                 initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False) -> None:
-        defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
-                        initial_accumulator_value=initial_accumulator_value, maximize=maximize)
+    def __init__(
+        self,
+        params,
+        lr=1e-2,
+        lr_decay: float = 0,
+        weight_decay: float = 0,
+        initial_accumulator_value: float = 0,
+        eps: float = 1e-10,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            lr_decay=lr_decay,
+            eps=eps,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            maximize=maximize,
+        )
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:

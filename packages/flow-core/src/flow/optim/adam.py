@@ -25,13 +25,29 @@ class Adam(Optimizer):
     _decoupled = False
     _hyper = {"amsgrad": Flag(), "decoupled_weight_decay": Flag()}
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
-                 amsgrad: bool = False, *, maximize: bool = False, decoupled_weight_decay: bool | None = None) -> None:
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        decoupled_weight_decay: bool | None = None,
+    ) -> None:
         if decoupled_weight_decay is None:
             decoupled_weight_decay = self._decoupled
-        defaults = dict(lr=lr, betas=betas, eps=eps,
-                        weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                        decoupled_weight_decay=decoupled_weight_decay)
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=decoupled_weight_decay,
+        )
         super().__init__(params, defaults)
 
     def _state_names(self, group: dict) -> dict:
@@ -42,15 +58,30 @@ class Adam(Optimizer):
 
     def _args(self, group: dict) -> tuple:
         b1, b2 = (float(b) for b in group["betas"])
-        return (_float(group["lr"]), b1, b2, float(group["eps"]), float(group["weight_decay"]),
-                bool(group.get("decoupled_weight_decay", self._decoupled)), bool(group["amsgrad"]))
+        return (
+            _float(group["lr"]),
+            b1,
+            b2,
+            float(group["eps"]),
+            float(group["weight_decay"]),
+            bool(group.get("decoupled_weight_decay", self._decoupled)),
+            bool(group["amsgrad"]),
+        )
 
     def _op_attributes(self, group: dict) -> dict:
         if type(self)._update is not Adam._update:  # a subclass with its own update: optimizer_update
             return super()._op_attributes(group)
         _, b1, b2, eps, wd, decoupled, amsgrad = self._args(group)
-        return dict(beta1=b1, beta2=b2, eps=eps, weight_decay=wd, decoupled=decoupled, amsgrad=amsgrad,
-                    maximize=bool(group.get("maximize", False)), inplace=True)
+        return dict(
+            beta1=b1,
+            beta2=b2,
+            eps=eps,
+            weight_decay=wd,
+            decoupled=decoupled,
+            amsgrad=amsgrad,
+            maximize=bool(group.get("maximize", False)),
+            inplace=True,
+        )
 
     def _feed_names(self) -> tuple:
         return ("step",) if type(self)._update is Adam._update else super()._feed_names()
@@ -61,7 +92,7 @@ class Adam(Optimizer):
         step_arr, step = b.feed("step")
         step_arr[()] = int(b.steps[i0]) + 1
         n = len(params)
-        return _ops.adam_update, (params, grads, states[:n], states[n:2 * n], states[2 * n:], lr, step), attrs
+        return _ops.adam_update, (params, grads, states[:n], states[n : 2 * n], states[2 * n :], lr, step), attrs
 
     def _update(self, group, p, g, state, step, layout) -> None:
         adam_numpy(p, g, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), step, *self._args(group))
@@ -72,10 +103,18 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 amsgrad: bool = False, *, maximize: bool = False) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
-                         decoupled_weight_decay=True)
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, decoupled_weight_decay=True)
 
 
 def adam_numpy(p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad) -> None:
@@ -93,8 +132,8 @@ def adam_numpy(p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay, deco
         m[...] = g - (g - m) * (1 - w)
     v *= beta2
     v += (1 - beta2) * g * g
-    bias_correction1 = 1 - beta1 ** step
-    bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = math.sqrt(1 - beta2**step)
     if amsgrad:
         np.maximum(vmax, v, out=vmax)
         denom = np.sqrt(vmax)

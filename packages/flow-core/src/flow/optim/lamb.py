@@ -28,10 +28,20 @@ class LAMB(Optimizer):
 
     _hyper = {"bias_correction": Flag()}
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0,
-                 bias_correction: bool = True, *, maximize: bool = False) -> None:
-        defaults = dict(lr=lr, betas=betas, eps=eps,
-                        weight_decay=weight_decay, bias_correction=bias_correction, maximize=maximize)
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0,
+        bias_correction: bool = True,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        defaults = dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction, maximize=maximize
+        )
         super().__init__(params, defaults)
 
     def _state_names(self, group: dict) -> dict:
@@ -46,7 +56,7 @@ class LAMB(Optimizer):
         v *= b2
         v += (1 - b2) * g * g
         if group["bias_correction"]:
-            bc1, bc2_sqrt = 1 - b1 ** step, math.sqrt(1 - b2 ** step)
+            bc1, bc2_sqrt = 1 - b1**step, math.sqrt(1 - b2**step)
         else:
             bc1, bc2_sqrt = 1.0, 1.0
         u = np.sqrt(v)

@@ -24,8 +24,20 @@ from flow.optim._lr_cycle import OneCycleLR, ReduceLROnPlateau
 from flow.optim.errors import OptimizerError, OptimizerTypeError
 from flow.optim.optimizer import Optimizer
 
-__all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ExponentialLR",
-           "CosineAnnealingLR", "LinearLR", "ConstantLR", "OneCycleLR", "SequentialLR", "ReduceLROnPlateau"]
+__all__ = [
+    "LRScheduler",
+    "LambdaLR",
+    "MultiplicativeLR",
+    "StepLR",
+    "MultiStepLR",
+    "ExponentialLR",
+    "CosineAnnealingLR",
+    "LinearLR",
+    "ConstantLR",
+    "OneCycleLR",
+    "SequentialLR",
+    "ReduceLROnPlateau",
+]
 
 _LRScheduler = LRScheduler
 _GAMMA = Real("gamma", 0.0, lo_open=True)
@@ -40,22 +52,23 @@ class _LambdaBase(LRScheduler):
             fns = [lr_lambda] * n
         else:
             if len(lr_lambda) != n:
-                raise OptimizerError(f"{owner}: Expected {n} lr_lambdas (one per parameter group), but got "
-                                     f"{len(lr_lambda)}")
+                raise OptimizerError(
+                    f"{owner}: Expected {n} lr_lambdas (one per parameter group), but got {len(lr_lambda)}"
+                )
             fns = list(lr_lambda)
         for i, fn in enumerate(fns):
             if not callable(fn):
                 what = "lr_lambda" if not isinstance(lr_lambda, (list, tuple)) else f"lr_lambda[{i}]"
-                raise OptimizerTypeError(f"{owner}: {what} must be a function of the epoch, got "
-                                         f"{type(fn).__name__} {fn!r}")
+                raise OptimizerTypeError(
+                    f"{owner}: {what} must be a function of the epoch, got {type(fn).__name__} {fn!r}"
+                )
         self.optimizer = optimizer
         self.lr_lambdas = fns
         super().__init__(optimizer, last_epoch)
 
     def state_dict(self) -> dict:
         sd = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
-        sd["lr_lambdas"] = [None if isinstance(fn, types.FunctionType) else dict(fn.__dict__)
-                            for fn in self.lr_lambdas]
+        sd["lr_lambdas"] = [None if isinstance(fn, types.FunctionType) else dict(fn.__dict__) for fn in self.lr_lambdas]
         return sd
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -88,8 +101,9 @@ class StepLR(LRScheduler):
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
         check_optimizer("StepLR", optimizer)
-        check_args("StepLR", {"step_size": Int("step_size", 1), "gamma": _GAMMA},
-                   dict(step_size=step_size, gamma=gamma))
+        check_args(
+            "StepLR", {"step_size": Int("step_size", 1), "gamma": _GAMMA}, dict(step_size=step_size, gamma=gamma)
+        )
         self.step_size = step_size
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
@@ -131,12 +145,19 @@ class MultiStepLR(LRScheduler):
 class ConstantLR(LRScheduler):
     """Multiply the lr by ``factor`` until epoch ``total_iters``."""
 
-    def __init__(self, optimizer: Optimizer, factor: float = 1.0 / 3, total_iters: int = 5,
-                 last_epoch: int = -1) -> None:
+    def __init__(
+        self, optimizer: Optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1
+    ) -> None:
         check_optimizer("ConstantLR", optimizer)
         # factor 0 would divide by zero when the lr is restored at total_iters
-        check_args("ConstantLR", {"factor": Real("Constant multiplicative factor", 0.0, 1.0, lo_open=True),
-                                  "total_iters": Int("total_iters", 0)}, dict(factor=factor, total_iters=total_iters))
+        check_args(
+            "ConstantLR",
+            {
+                "factor": Real("Constant multiplicative factor", 0.0, 1.0, lo_open=True),
+                "total_iters": Int("total_iters", 0),
+            },
+            dict(factor=factor, total_iters=total_iters),
+        )
         self.factor = factor
         self.total_iters = total_iters
         super().__init__(optimizer, last_epoch)
@@ -149,20 +170,32 @@ class ConstantLR(LRScheduler):
         return [g["lr"] * (1.0 / self.factor) for g in self.optimizer.param_groups]
 
     def _get_closed_form_lr(self) -> list:
-        return [base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
-                for base in self.base_lrs]
+        return [
+            base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor)) for base in self.base_lrs
+        ]
 
 
 class LinearLR(LRScheduler):
     """Scale the lr linearly from ``start_factor`` to ``end_factor`` over ``total_iters`` epochs."""
 
-    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
-                 total_iters: int = 5, last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ) -> None:
         check_optimizer("LinearLR", optimizer)
-        check_args("LinearLR", {"start_factor": Real("Starting multiplicative factor", 0.0, 1.0, lo_open=True),
-                                "end_factor": Real("Ending multiplicative factor", 0.0, 1.0),
-                                "total_iters": Int("total_iters", 1)},
-                   dict(start_factor=start_factor, end_factor=end_factor, total_iters=total_iters))
+        check_args(
+            "LinearLR",
+            {
+                "start_factor": Real("Starting multiplicative factor", 0.0, 1.0, lo_open=True),
+                "end_factor": Real("Ending multiplicative factor", 0.0, 1.0),
+                "total_iters": Int("total_iters", 1),
+            },
+            dict(start_factor=start_factor, end_factor=end_factor, total_iters=total_iters),
+        )
         self.start_factor = start_factor
         self.end_factor = end_factor
         self.total_iters = total_iters
@@ -174,12 +207,20 @@ class LinearLR(LRScheduler):
         if self._is_initial or self.last_epoch > self.total_iters:
             return _lrs(self.optimizer)
         d = self.end_factor - self.start_factor
-        return [g["lr"] * (1.0 + d / (self.total_iters * self.start_factor + (self.last_epoch - 1) * d))
-                for g in self.optimizer.param_groups]
+        return [
+            g["lr"] * (1.0 + d / (self.total_iters * self.start_factor + (self.last_epoch - 1) * d))
+            for g in self.optimizer.param_groups
+        ]
 
     def _get_closed_form_lr(self) -> list:
-        return [base * (self.start_factor + (self.end_factor - self.start_factor)
-                        * min(self.total_iters, self.last_epoch) / self.total_iters) for base in self.base_lrs]
+        return [
+            base
+            * (
+                self.start_factor
+                + (self.end_factor - self.start_factor) * min(self.total_iters, self.last_epoch) / self.total_iters
+            )
+            for base in self.base_lrs
+        ]
 
 
 class ExponentialLR(LRScheduler):
@@ -197,7 +238,7 @@ class ExponentialLR(LRScheduler):
         return [g["lr"] * self.gamma for g in self.optimizer.param_groups]
 
     def _get_closed_form_lr(self) -> list:
-        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
+        return [base * self.gamma**self.last_epoch for base in self.base_lrs]
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -205,8 +246,11 @@ class CosineAnnealingLR(LRScheduler):
 
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:
         check_optimizer("CosineAnnealingLR", optimizer)
-        check_args("CosineAnnealingLR", {"T_max": Int("T_max", 1), "eta_min": Real("eta_min", 0.0)},
-                   dict(T_max=T_max, eta_min=eta_min))
+        check_args(
+            "CosineAnnealingLR",
+            {"T_max": Int("T_max", 1), "eta_min": Real("eta_min", 0.0)},
+            dict(T_max=T_max, eta_min=eta_min),
+        )
         self.T_max = T_max
         self.eta_min = eta_min
         super().__init__(optimizer, last_epoch)
@@ -219,12 +263,19 @@ class CosineAnnealingLR(LRScheduler):
             return [e + (base - e) * (1 + math.cos(self.last_epoch * math.pi / T)) / 2 for base in self.base_lrs]
         if (self.last_epoch - 1 - T) % (2 * T) == 0:
             return [g["lr"] + (base - e) * (1 - math.cos(math.pi / T)) / 2 for base, g in zip(self.base_lrs, groups)]
-        return [(1 + math.cos(math.pi * self.last_epoch / T)) / (1 + math.cos(math.pi * (self.last_epoch - 1) / T))
-                * (g["lr"] - e) + e for g in groups]
+        return [
+            (1 + math.cos(math.pi * self.last_epoch / T))
+            / (1 + math.cos(math.pi * (self.last_epoch - 1) / T))
+            * (g["lr"] - e)
+            + e
+            for g in groups
+        ]
 
     def _get_closed_form_lr(self) -> list:
-        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
-                for base in self.base_lrs]
+        return [
+            self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+            for base in self.base_lrs
+        ]
 
 
 class SequentialLR(LRScheduler):
@@ -238,16 +289,21 @@ class SequentialLR(LRScheduler):
             if isinstance(s, ReduceLROnPlateau):
                 raise OptimizerError(f"SequentialLR does not support ReduceLROnPlateau (scheduler at index {i})")
             if not isinstance(s, LRScheduler):
-                raise OptimizerTypeError(f"SequentialLR: schedulers[{i}] must be an LR scheduler, got "
-                                         f"{type(s).__name__}")
+                raise OptimizerTypeError(
+                    f"SequentialLR: schedulers[{i}] must be an LR scheduler, got {type(s).__name__}"
+                )
             if getattr(s, "optimizer", None) is not optimizer:
-                raise OptimizerError(f"SequentialLR expects all schedulers to belong to the same optimizer, but "
-                                     f"scheduler {type(s).__name__} at index {i} has a different one")
+                raise OptimizerError(
+                    f"SequentialLR expects all schedulers to belong to the same optimizer, but "
+                    f"scheduler {type(s).__name__} at index {i} has a different one"
+                )
         milestones = check_int_list("SequentialLR", "milestones", milestones, 1, increasing=True)
         Int("last_epoch", -1).check("SequentialLR", "last_epoch", last_epoch)
         if len(milestones) != len(schedulers) - 1:
-            raise OptimizerError("SequentialLR expects one milestone fewer than schedulers, got "
-                                 f"{len(schedulers)} schedulers and {len(milestones)} milestones")
+            raise OptimizerError(
+                "SequentialLR expects one milestone fewer than schedulers, got "
+                f"{len(schedulers)} schedulers and {len(milestones)} milestones"
+            )
         self._schedulers = list(schedulers)
         self._milestones = list(milestones)
         self.last_epoch = last_epoch + 1
@@ -288,5 +344,3 @@ class SequentialLR(LRScheduler):
         self.__dict__.update(state_dict)
         for s, sd in zip(self._schedulers, scheds):
             s.load_state_dict(sd)
-
-

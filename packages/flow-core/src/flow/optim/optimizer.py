@@ -99,29 +99,36 @@ class Optimizer:
         for j, p in enumerate(params):
             label = f"param_groups[{gi}]['params'][{j}]"
             if not isinstance(p, Tensor):
-                raise OptimizerTypeError(f"{name}: optimizer can only optimize Tensors, but {label} is "
-                                         f"{type(p).__name__}")
+                raise OptimizerTypeError(
+                    f"{name}: optimizer can only optimize Tensors, but {label} is {type(p).__name__}"
+                )
             if not p.dtype.is_floating_point:
-                raise OptimizerTypeError(f"{name}: optimizer can only optimize floating-point Tensors, but "
-                                         f"{label} is {p.dtype}")
+                raise OptimizerTypeError(
+                    f"{name}: optimizer can only optimize floating-point Tensors, but {label} is {p.dtype}"
+                )
             if not p.is_leaf:
-                raise OptimizerError(f"{name}: can't optimize a non-leaf Tensor ({label}, shape "
-                                     f"{tuple(p.shape)}, computed by {type(p.grad_fn).__name__}); optimize the "
-                                     "leaf it was computed from, or pass t.detach().requires_grad_()")
+                raise OptimizerError(
+                    f"{name}: can't optimize a non-leaf Tensor ({label}, shape "
+                    f"{tuple(p.shape)}, computed by {type(p.grad_fn).__name__}); optimize the "
+                    "leaf it was computed from, or pass t.detach().requires_grad_()"
+                )
             if id(p) in seen:
-                raise OptimizerError(f"{name}: {label} (shape {tuple(p.shape)}) appears more than once in one "
-                                     "parameter group")
+                raise OptimizerError(
+                    f"{name}: {label} (shape {tuple(p.shape)}) appears more than once in one parameter group"
+                )
             seen.add(id(p))
             check_param_array(name, label, p)
         for k, g in enumerate(self.param_groups):
             if any(id(p) in seen for p in g["params"]):
-                raise OptimizerError(f"{name}: some parameters appear in more than one parameter group "
-                                     f"(groups {k} and {gi})")
+                raise OptimizerError(
+                    f"{name}: some parameters appear in more than one parameter group (groups {k} and {gi})"
+                )
         group["params"] = params
         for k, default in self.defaults.items():
             if default is required and k not in group:
-                raise OptimizerError(f"{name}: parameter group didn't specify a value of required optimization "
-                                     f"parameter {k}")
+                raise OptimizerError(
+                    f"{name}: parameter group didn't specify a value of required optimization parameter {k}"
+                )
             group.setdefault(k, default)
         self._validate_group(group)
         self.param_groups.append(group)
@@ -143,8 +150,11 @@ class Optimizer:
             self._checked.append(())
         for gi, group in enumerate(self.param_groups):
             keys, values = self._checked[gi] or ((), ())
-            if len(keys) != len(group) or any(a is not b for a, b in zip(values, group.values())) \
-                    or tuple(group) != keys:
+            if (
+                len(keys) != len(group)
+                or any(a is not b for a, b in zip(values, group.values()))
+                or tuple(group) != keys
+            ):
                 self._validate_group(group)
                 self._checked[gi] = _signature(group)
 
@@ -212,8 +222,15 @@ class Optimizer:
         :meth:`_update` and writes the values back. The kernel of the ``optimizer_update`` op calls it, on
         a bare instance of the class: it must depend on its arguments only."""
         xp, cdtype, scratch = ctx
-        flat_update(lambda p, g: self._update(group, p, g, state, step, layout), xp, params, grads, cdtype,
-                    scratch, bool(group.get("maximize", False)))
+        flat_update(
+            lambda p, g: self._update(group, p, g, state, step, layout),
+            xp,
+            params,
+            grads,
+            cdtype,
+            scratch,
+            bool(group.get("maximize", False)),
+        )
 
     # -- the update op ------------------------------------------------------------------------
     def _attrs(self, gi: int, group: dict) -> dict:
@@ -231,16 +248,32 @@ class Optimizer:
         """Attributes of ``optimizer_update``: the class to run and the group's options (hashable)."""
         cls = type(self)
         # lists (betas=[0.9, 0.99]) become tuples: attributes are hashed
-        hyper = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in group.items()
-                             if k not in ("params", "lr", "initial_lr")))
+        hyper = tuple(
+            sorted(
+                (k, tuple(v) if isinstance(v, list) else v)
+                for k, v in group.items()
+                if k not in ("params", "lr", "initial_lr")
+            )
+        )
         return dict(optimizer=f"{cls.__module__}:{cls.__qualname__}", hyper=hyper, inplace=True)
 
     def _feed_names(self) -> tuple:
         """The host values (besides ``lr``) that :meth:`_update_call` feeds through ``FlatBucket.feed``."""
         return ("step", "present")
 
-    def _update_call(self, group: dict, attrs: dict, b: FlatBucket, names: dict, i0: int, i1: int, params: list,
-                     grads: list, states: list, lr) -> tuple:
+    def _update_call(
+        self,
+        group: dict,
+        attrs: dict,
+        b: FlatBucket,
+        names: dict,
+        i0: int,
+        i1: int,
+        params: list,
+        grads: list,
+        states: list,
+        lr,
+    ) -> tuple:
         """``(op, inputs, attributes)`` of the update of parameters ``i0:i1`` of bucket ``b`` (``states``:
         their state tensors, name-major). This default is ``optimizer_update`` (this class's ``_apply``)."""
         step_arr, step = b.feed("step")
@@ -282,8 +315,9 @@ class Optimizer:
             states.extend(b.state_views(name, fill)[i0:i1])
         lr_arr, lr = b.feed("lr", (), D.float64)
         lr_arr[()] = _float(group["lr"])
-        op, inputs, attrs = self._update_call(group, self._attrs(gi, group), b, names, i0, i1, params, grads,
-                                              states, lr)
+        op, inputs, attrs = self._update_call(
+            group, self._attrs(gi, group), b, names, i0, i1, params, grads, states, lr
+        )
         outs = _call(op, *inputs, **attrs)
         # the op's outputs are the new parameters and states: with inplace=True the kernel wrote them into
         # the inputs' own arrays (nothing to do: checked on the first of each); the graph tracer (or an
@@ -388,11 +422,15 @@ def _signature(group: dict) -> tuple:
 def _split_groups(name: str, params) -> list:
     """The constructor's ``params`` as a list of group dicts."""
     if isinstance(params, Tensor):
-        raise OptimizerTypeError(f"{name}: params argument given to the optimizer should be an iterable of Tensors "
-                                 "or dicts, but got a Tensor (wrap it in a list)")
+        raise OptimizerTypeError(
+            f"{name}: params argument given to the optimizer should be an iterable of Tensors "
+            "or dicts, but got a Tensor (wrap it in a list)"
+        )
     if isinstance(params, Mapping):
-        raise OptimizerTypeError(f"{name}: params argument given to the optimizer should be an iterable of Tensors "
-                                 "or dicts, but got a dict (pass a list of parameter groups: [{'params': ...}])")
+        raise OptimizerTypeError(
+            f"{name}: params argument given to the optimizer should be an iterable of Tensors "
+            "or dicts, but got a dict (pass a list of parameter groups: [{'params': ...}])"
+        )
     items = _param_list(name, params, "params")
     if not items:
         raise OptimizerError(f"{name}: optimizer got an empty parameter list")
@@ -400,8 +438,9 @@ def _split_groups(name: str, params) -> list:
     if all(dicts):
         return items
     if any(dicts):
-        raise OptimizerTypeError(f"{name}: params mixes parameter groups (dicts) and Tensors; pass either "
-                                 "Tensors or dicts")
+        raise OptimizerTypeError(
+            f"{name}: params mixes parameter groups (dicts) and Tensors; pass either Tensors or dicts"
+        )
     return [{"params": items}]
 
 
@@ -409,12 +448,13 @@ def _param_list(name: str, params, what: str) -> list:
     if isinstance(params, Tensor):
         return [params]
     if isinstance(params, (set, frozenset)):
-        raise OptimizerTypeError(f"{name}: optimizer parameters need to be organized in ordered collections, but "
-                                 f"{what} is a set (its order varies between runs); use a list")
+        raise OptimizerTypeError(
+            f"{name}: optimizer parameters need to be organized in ordered collections, but "
+            f"{what} is a set (its order varies between runs); use a list"
+        )
     if isinstance(params, (str, bytes)) or not isinstance(params, Iterable):
         hint = " (pass model.parameters())" if hasattr(params, "parameters") else ""
-        raise OptimizerTypeError(f"{name}: {what} must be an iterable of Tensors, got {type(params).__name__}"
-                                 f"{hint}")
+        raise OptimizerTypeError(f"{name}: {what} must be an iterable of Tensors, got {type(params).__name__}{hint}")
     return list(params)
 
 

@@ -17,10 +17,27 @@ class RMSprop(Optimizer):
 
     _hyper = {"alpha": Real("alpha value", 0.0, 1.0), "centered": Flag()}
 
-    def __init__(self, params, lr=1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0,
-                 momentum: float = 0, centered: bool = False, *, maximize: bool = False) -> None:
-        defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
-                        weight_decay=weight_decay, maximize=maximize)
+    def __init__(
+        self,
+        params,
+        lr=1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        momentum: float = 0,
+        centered: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            alpha=alpha,
+            eps=eps,
+            centered=centered,
+            weight_decay=weight_decay,
+            maximize=maximize,
+        )
         super().__init__(params, defaults)
 
     def _state_names(self, group: dict) -> dict:

@@ -23,16 +23,33 @@ class SGD(Optimizer):
     _has_step = False
     _hyper = {"dampening": Real("dampening value", 0.0, 1.0), "nesterov": Flag()}
 
-    def __init__(self, params, lr=1e-3, momentum: float = 0, dampening: float = 0, weight_decay: float = 0,
-                 nesterov: bool = False, *, maximize: bool = False) -> None:
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                        nesterov=nesterov, maximize=maximize)
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        momentum: float = 0,
+        dampening: float = 0,
+        weight_decay: float = 0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            maximize=maximize,
+        )
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict) -> None:
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise OptimizerError(f"SGD: Nesterov momentum requires a momentum and zero dampening, got momentum="
-                                 f"{group['momentum']!r} and dampening={group['dampening']!r}")
+            raise OptimizerError(
+                f"SGD: Nesterov momentum requires a momentum and zero dampening, got momentum="
+                f"{group['momentum']!r} and dampening={group['dampening']!r}"
+            )
 
     def _state_names(self, group: dict) -> dict:
         return {"momentum_buffer": 0.0} if group["momentum"] != 0 else {}
@@ -40,9 +57,14 @@ class SGD(Optimizer):
     def _op_attributes(self, group: dict) -> dict:
         if type(self)._update is not SGD._update:  # a subclass with its own update: optimizer_update
             return super()._op_attributes(group)
-        return dict(momentum=float(group["momentum"]), dampening=float(group["dampening"]),
-                    nesterov=bool(group["nesterov"]), weight_decay=float(group["weight_decay"]),
-                    maximize=bool(group.get("maximize", False)), inplace=True)
+        return dict(
+            momentum=float(group["momentum"]),
+            dampening=float(group["dampening"]),
+            nesterov=bool(group["nesterov"]),
+            weight_decay=float(group["weight_decay"]),
+            maximize=bool(group.get("maximize", False)),
+            inplace=True,
+        )
 
     def _feed_names(self) -> tuple:
         return ("first_step",) if type(self)._update is SGD._update else super()._feed_names()
@@ -58,8 +80,17 @@ class SGD(Optimizer):
     def _update(self, group, p, g, state, step, layout) -> None:
         buf = state.get("momentum_buffer")
         first = buf is not None and not layout[2]["momentum_buffer"]
-        sgd_numpy(p, g, buf, _float(group["lr"]), float(group["momentum"]), float(group["dampening"]),
-                  bool(group["nesterov"]), float(group["weight_decay"]), first)
+        sgd_numpy(
+            p,
+            g,
+            buf,
+            _float(group["lr"]),
+            float(group["momentum"]),
+            float(group["dampening"]),
+            bool(group["nesterov"]),
+            float(group["weight_decay"]),
+            first,
+        )
 
 
 def sgd_numpy(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step) -> None:

@@ -18,6 +18,13 @@ from flow.plugins.manager import (  # noqa: E402
 )
 
 __all__ = [
-    "hookimpl", "ENTRY_POINT_GROUP", "PluginInfo", "check_pending", "ensure_loaded",
-    "get_plugin_manager", "list_plugins", "register", "unregister",
+    "hookimpl",
+    "ENTRY_POINT_GROUP",
+    "PluginInfo",
+    "check_pending",
+    "ensure_loaded",
+    "get_plugin_manager",
+    "list_plugins",
+    "register",
+    "unregister",
 ]

@@ -13,19 +13,22 @@ def describe(infos: list, reg) -> list[dict]:
     pending = reg.pending_rules()
     out = []
     for i in infos:
-        out.append({
-            "name": i.name,
-            "distribution": i.distribution,
-            "version": i.version,
-            "module": i.module,
-            "builtin": i.builtin,
-            "loaded": i.loaded,
-            "skipped_reason": i.skipped_reason,
-            "registered": {k: list(v) for k, v in i.registered.items()},
-            "contested": [c for c in contests if c["winner"] == i.name or any(o["plugin"] == i.name
-                                                                              for o in c["over"])],
-            "pending_rules": [f"{t}:{op}" for t, op, p in pending if p == i.name],
-        })
+        out.append(
+            {
+                "name": i.name,
+                "distribution": i.distribution,
+                "version": i.version,
+                "module": i.module,
+                "builtin": i.builtin,
+                "loaded": i.loaded,
+                "skipped_reason": i.skipped_reason,
+                "registered": {k: list(v) for k, v in i.registered.items()},
+                "contested": [
+                    c for c in contests if c["winner"] == i.name or any(o["plugin"] == i.name for o in c["over"])
+                ],
+                "pending_rules": [f"{t}:{op}" for t, op, p in pending if p == i.name],
+            }
+        )
     return out
 
 

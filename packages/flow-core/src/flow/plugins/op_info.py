@@ -111,8 +111,12 @@ def _callers_by_name(op_name: str, plugin: str) -> list[dict]:
             continue
         for k, v in list(vars(mod).items()):
             code = getattr(v, "__code__", None)
-            if (code is not None and getattr(v, "__module__", None) == mname and op_name in code.co_consts
-                    and "call" in code.co_names):
+            if (
+                code is not None
+                and getattr(v, "__module__", None) == mname
+                and op_name in code.co_consts
+                and "call" in code.co_names
+            ):
                 out.append({"function": f"{mname}.{k}", "where": where(v)})
     return out
 
@@ -131,8 +135,11 @@ def _bindings(op_name: str, callers: list[dict]) -> list[dict]:
                 if obj is None and isinstance(owner, type):
                     obj = getattr(owner, attr, None)
                 if callable(obj):
-                    kind = "in-place method" if attr.endswith("_") and owner is flow.Tensor else (
-                        "method" if owner is flow.Tensor else "function")
+                    kind = (
+                        "in-place method"
+                        if attr.endswith("_") and owner is flow.Tensor
+                        else ("method" if owner is flow.Tensor else "function")
+                    )
                     out.append({"name": f"{label}.{attr}", "kind": kind, "where": where(obj)})
     return out
 
@@ -151,13 +158,19 @@ def describe_op(op_name: str) -> dict:
     for (dev, dtype), entries in sorted(op.kernels.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         for e in entries:
             claims = REGISTRY._claims.claims(("kernel", op_name, dev, dtype, e.name))
-            kernels.append({
-                "device": dev, "dtype": None if dtype is None else str(dtype), "name": e.name, "plugin": e.plugin,
-                "generic": e.generic, **_fn_facet(e.fn),
-                "priority": claims[0].priority if claims else 0,
-                "overrides": [{"plugin": c.plugin, **_fn_facet(c.value.fn)} for c in claims[1:]],
-                "out_variant": _fn_facet(getattr(e, "out", None)),
-            })
+            kernels.append(
+                {
+                    "device": dev,
+                    "dtype": None if dtype is None else str(dtype),
+                    "name": e.name,
+                    "plugin": e.plugin,
+                    "generic": e.generic,
+                    **_fn_facet(e.fn),
+                    "priority": claims[0].priority if claims else 0,
+                    "overrides": [{"plugin": c.plugin, **_fn_facet(c.value.fn)} for c in claims[1:]],
+                    "out_variant": _fn_facet(getattr(e, "out", None)),
+                }
+            )
     resolves = {}
     for dev_name, dev in sorted(REGISTRY.device_types.items()):
         # the dtypes some kernel is specific to, then every other dtype
@@ -167,7 +180,8 @@ def describe_op(op_name: str) -> dict:
             entries = REGISTRY.kernel_entries(op, dev_name, dt)
             if entries:
                 what = f"'{entries[0].name}' of plugin '{entries[0].plugin}'" + (
-                    " (generic)" if entries[0].generic else "")
+                    " (generic)" if entries[0].generic else ""
+                )
             elif dev.kernel_fallback is not None:
                 what = f"the device's fallback ({_name(dev.kernel_fallback)})"
             else:
@@ -180,10 +194,13 @@ def describe_op(op_name: str) -> dict:
             rules[tname] = {"rule": repr(t[op_name]), "plugin": t.provider(op_name)}
     fusion = {}
     ft = REGISTRY.tables.get(FUSION_TABLE)
-    for dev_name, rule in (ft.items() if ft is not None else ()):
+    for dev_name, rule in ft.items() if ft is not None else ():
         ops = getattr(rule, "ops", ())
-        fusion[dev_name] = {"fusable": op_name in ops or op_name in getattr(rule, "reductions", ()),
-                            "plugin": ft.provider(dev_name), "lower": _fn_facet(getattr(rule, "lower", None))}
+        fusion[dev_name] = {
+            "fusable": op_name in ops or op_name in getattr(rule, "reductions", ()),
+            "plugin": ft.provider(dev_name),
+            "lower": _fn_facet(getattr(rule, "lower", None)),
+        }
     n_samples = None
     if op.samples is not None:
         try:
@@ -196,14 +213,29 @@ def describe_op(op_name: str) -> dict:
         "declared_at": _declared_at(op, handles),
         "doc": op.doc,
         "schema": str(sch),
-        "inputs": [{"name": i.name, "optional": i.optional, "variadic": i.variadic,
-                    "dtypes": None if i.dtypes is None else repr(i.dtypes)} for i in sch.inputs],
-        "attrs": [{"name": a.name, "type": getattr(a.type, "__name__", repr(a.type)),
-                   "default": None if a.required else repr(a.default),
-                   "choices": None if a.choices is None else list(map(repr, a.choices))} for a in sch.attrs],
+        "inputs": [
+            {
+                "name": i.name,
+                "optional": i.optional,
+                "variadic": i.variadic,
+                "dtypes": None if i.dtypes is None else repr(i.dtypes),
+            }
+            for i in sch.inputs
+        ],
+        "attrs": [
+            {
+                "name": a.name,
+                "type": getattr(a.type, "__name__", repr(a.type)),
+                "default": None if a.required else repr(a.default),
+                "choices": None if a.choices is None else list(map(repr, a.choices)),
+            }
+            for a in sch.attrs
+        ],
         "outputs": list(sch.outputs),
-        "flags": {k: getattr(op, k) for k in ("elementwise", "save", "composite", "dynamic_shape",
-                                               "nondeterministic", "eager_meta")},
+        "flags": {
+            k: getattr(op, k)
+            for k in ("elementwise", "save", "composite", "dynamic_shape", "nondeterministic", "eager_meta")
+        },
         "meta": _fn_facet(getattr(op.meta, "rule", op.meta)),
         "grad": _fn_facet(op.grad),
         "kernels": kernels,
@@ -231,11 +263,15 @@ def format_op(d: dict, out: TextIO) -> None:
         p(f"  {d['doc']}")
     p(f"schema:     {d['schema']}")
     for i in d["inputs"]:
-        p(f"  input {i['name']}: {i['dtypes'] or 'dtypes not declared'}"
-          + (" (optional)" if i["optional"] else "") + (" (variadic)" if i["variadic"] else ""))
+        p(
+            f"  input {i['name']}: {i['dtypes'] or 'dtypes not declared'}"
+            + (" (optional)" if i["optional"] else "")
+            + (" (variadic)" if i["variadic"] else "")
+        )
     for a in d["attrs"]:
         extra = (f" = {a['default']}" if a["default"] is not None else " (required)") + (
-            f", one of {', '.join(a['choices'])}" if a["choices"] else "")
+            f", one of {', '.join(a['choices'])}" if a["choices"] else ""
+        )
         p(f"  attr {a['name']}: {a['type']}{extra}")
     p("flags:      " + ", ".join(f"{k}={v}" for k, v in d["flags"].items()))
     p(f"meta rule:  {_at(d['meta'])}")
@@ -244,8 +280,10 @@ def format_op(d: dict, out: TextIO) -> None:
     for k in d["kernels"]:
         dt = "" if k["dtype"] is None else f" {k['dtype']}"
         pr = f", priority {k['priority']}" if k["priority"] else ""
-        p(f"  {k['device']}{dt} '{k['name']}' [{k['plugin']}{pr}]{' (factory of xp)' if k['generic'] else ''}: "
-          f"{_at(k)}")
+        p(
+            f"  {k['device']}{dt} '{k['name']}' [{k['plugin']}{pr}]{' (factory of xp)' if k['generic'] else ''}: "
+            f"{_at(k)}"
+        )
         if k["out_variant"]:
             p(f"      out-variant: {_at(k['out_variant'])}")
         for o in k["overrides"]:
@@ -255,8 +293,10 @@ def format_op(d: dict, out: TextIO) -> None:
     p("resolves to:")
     for dev, what in d["resolves"].items():
         p(f"  {dev}: {what}")
-    p("out-variant: " + (", ".join(f"{k['device']} '{k['name']}'" for k in d["kernels"] if k["out_variant"])
-                         or "none declared"))
+    p(
+        "out-variant: "
+        + (", ".join(f"{k['device']} '{k['name']}'" for k in d["kernels"] if k["out_variant"]) or "none declared")
+    )
     p("fusion lowering:")
     for dev, f in d["fusion"].items():
         p(f"  {dev}: {'fusable' if f['fusable'] else 'not fused'} [{f['plugin']}], lowered by {_at(f['lower'])}")

@@ -37,10 +37,29 @@ from flow.registry.passes import PassEntry, PassRegistry
 from flow.registry.tables import RuleTable
 
 __all__ = [
-    "Attr", "Input", "OpSchema", "OpDef", "DeviceType", "RuleTable", "PassEntry", "Registry",
-    "REGISTRY", "schema", "get_op", "get_device_type",
+    "Attr",
+    "Input",
+    "OpSchema",
+    "OpDef",
+    "DeviceType",
+    "RuleTable",
+    "PassEntry",
+    "Registry",
+    "REGISTRY",
+    "schema",
+    "get_op",
+    "get_device_type",
     # dtype rules of an op's inputs (schema(..., dtypes=...)): the common ones, and dtypes() for others
-    "Dtypes", "dtypes", "ANY", "FLOAT", "FLOAT_PROMOTE", "NUMERIC", "INTEGRAL", "INTEGER", "BOOL", "INDEX",
+    "Dtypes",
+    "dtypes",
+    "ANY",
+    "FLOAT",
+    "FLOAT_PROMOTE",
+    "NUMERIC",
+    "INTEGRAL",
+    "INTEGER",
+    "BOOL",
+    "INDEX",
 ]
 
 # Devices whose kernels live in a known distribution: used to tell a user what to install.
@@ -93,8 +112,10 @@ class Registry:
         """The rule table ``name``; the error says that the plugin owning it is not loaded."""
         t = self.tables.get(name)
         if t is None:
-            raise KeyError(f"no rule table '{name}'; the plugin that owns it is not installed or not loaded "
-                           f"(tables: {sorted(self._tables)})")
+            raise KeyError(
+                f"no rule table '{name}'; the plugin that owns it is not installed or not loaded "
+                f"(tables: {sorted(self._tables)})"
+            )
         return t
 
     # -- bookkeeping -----------------------------------------------------
@@ -106,10 +127,17 @@ class Registry:
         """Add a device type. A second one of the same name needs ``override=True`` (it wins at
         the same priority) or a different ``priority`` (the higher wins); the one it shadows
         comes back when its plugin is removed (:meth:`remove_plugin`)."""
-        win = self._claims.claim(("device_type", spec.name), spec, self.current_plugin, priority=priority,
-                                 override=override, duplicate=lambda w: (
-                                     f"device type '{spec.name}' is already registered by plugin '{w.plugin}'; "
-                                     "pass override=True (or a higher priority=) to replace it"))
+        win = self._claims.claim(
+            ("device_type", spec.name),
+            spec,
+            self.current_plugin,
+            priority=priority,
+            override=override,
+            duplicate=lambda w: (
+                f"device type '{spec.name}' is already registered by plugin '{w.plugin}'; "
+                "pass override=True (or a higher priority=) to replace it"
+            ),
+        )
         spec.plugin = self.current_plugin
         self._set_device_type(spec.name, win.value)
         self._note("device_types", spec.name)
@@ -123,8 +151,16 @@ class Registry:
             op._kcache.clear()
 
     # -- ops -------------------------------------------------------------
-    def register_op(self, schema: OpSchema, meta: Callable, grad: Callable | None = None, *,
-                    override: bool = False, priority: int | None = None, **kwargs: Any) -> OpDef:
+    def register_op(
+        self,
+        schema: OpSchema,
+        meta: Callable,
+        grad: Callable | None = None,
+        *,
+        override: bool = False,
+        priority: int | None = None,
+        **kwargs: Any,
+    ) -> OpDef:
         """Declare an op: its schema, meta rule (shapes/dtypes, no data) and gradient.
 
         Declaring a name again needs ``override=True`` or a different ``priority``; the op is
@@ -135,10 +171,17 @@ class Registry:
             f = sys._getframe(1)  # registration time only: where the op was declared, for `python -m flow op`
             kwargs["origin"] = (f.f_code.co_filename, f.f_lineno)
         op = OpDef(schema, meta, grad, plugin=self.current_plugin, **kwargs)
-        win = self._claims.claim(("op", schema.name), op, self.current_plugin, priority=priority, override=override,
-                                 duplicate=lambda w: (
-                                     f"op '{schema.name}' is already registered by plugin '{w.plugin}'; "
-                                     "pass override=True (or a higher priority=) to replace it"))
+        win = self._claims.claim(
+            ("op", schema.name),
+            op,
+            self.current_plugin,
+            priority=priority,
+            override=override,
+            duplicate=lambda w: (
+                f"op '{schema.name}' is already registered by plugin '{w.plugin}'; "
+                "pass override=True (or a higher priority=) to replace it"
+            ),
+        )
         live = self._set_op(schema.name, win.value)
         self._note("ops", schema.name)
         return live
@@ -167,9 +210,19 @@ class Registry:
             handle.opdef = live
         return live
 
-    def register_kernel(self, op_name: str, device_type: str, fn: Callable, *, dtypes=None,
-                        override: bool = False, priority: int | None = None, generic: bool = False,
-                        name: str = "default", out: Callable | None = None) -> None:
+    def register_kernel(
+        self,
+        op_name: str,
+        device_type: str,
+        fn: Callable,
+        *,
+        dtypes=None,
+        override: bool = False,
+        priority: int | None = None,
+        generic: bool = False,
+        name: str = "default",
+        out: Callable | None = None,
+    ) -> None:
         """Attach a kernel to an op for a device type (``"generic"`` = any NumPy-like device).
 
         ``dtypes`` restricts it to those input dtypes. A second kernel under a
@@ -200,8 +253,14 @@ class Registry:
                 )
         for key in keys:
             slot = ("kernel", op_name, key[0], key[1], name)
-            win = self._claims.claim(slot, KernelEntry(fn, plugin, name, generic, out), plugin, priority=priority,
-                                     override=override, duplicate=str)  # checked above
+            win = self._claims.claim(
+                slot,
+                KernelEntry(fn, plugin, name, generic, out),
+                plugin,
+                priority=priority,
+                override=override,
+                duplicate=str,
+            )  # checked above
             self._set_kernel(op, key, name, win.value)
         self._note("kernels", f"{op_name}[{device_type}]")
 
@@ -271,8 +330,9 @@ class Registry:
         self._note("tables", name)
         return t
 
-    def register_rule(self, table: str, op: str, rule: Any, *, override: bool = False,
-                      priority: int | None = None) -> None:
+    def register_rule(
+        self, table: str, op: str, rule: Any, *, override: bool = False, priority: int | None = None
+    ) -> None:
         """Put ``rule`` for ``op`` into ``table`` (an SBP rule, an AMP colour, a fusion lowering).
 
         A table no loaded plugin has declared yet is no error: the rule is queued and goes
@@ -280,10 +340,17 @@ class Registry:
         an op package can ship rules for plugins that may be absent.
         """
         t = self._tables.get(table)
-        win = self._claims.claim(("rule", table, op), rule, self.current_plugin, priority=priority,
-                                 override=override, duplicate=lambda w: (
-                                     f"rule table '{table}': op '{op}' already has a rule from plugin "
-                                     f"'{w.plugin}'; pass override=True (or a higher priority=) to replace it"))
+        win = self._claims.claim(
+            ("rule", table, op),
+            rule,
+            self.current_plugin,
+            priority=priority,
+            override=override,
+            duplicate=lambda w: (
+                f"rule table '{table}': op '{op}' already has a rule from plugin "
+                f"'{w.plugin}'; pass override=True (or a higher priority=) to replace it"
+            ),
+        )
         if t is not None:
             t.register(op, win.value, plugin=win.plugin, override=True)
         self._note("rules", f"{table}:{op}")
@@ -297,17 +364,34 @@ class Registry:
         return sorted(out)
 
     # -- passes ----------------------------------------------------------
-    def register_pass(self, name: str, fn: Callable, *, before=(), after=(), override: bool = False,
-                      enabled_by_default: bool = True, priority: int | None = None) -> None:
+    def register_pass(
+        self,
+        name: str,
+        fn: Callable,
+        *,
+        before=(),
+        after=(),
+        override: bool = False,
+        enabled_by_default: bool = True,
+        priority: int | None = None,
+    ) -> None:
         """Add a graph pass ``fn(ir, config) -> ir`` (see :class:`PassRegistry` for the ordering).
         A second pass of the same name needs ``override=True`` or a different ``priority``."""
         staged = PassRegistry()  # builds the entry (normalised constraints, doc) without touching ours
-        staged.register(name, fn, before=before, after=after, plugin=self.current_plugin,
-                        enabled_by_default=enabled_by_default)
-        win = self._claims.claim(("pass", name), staged[name], self.current_plugin, priority=priority,
-                                 override=override, duplicate=lambda w: (
-                                     f"pass '{name}' is already registered by plugin '{w.plugin}'; "
-                                     "pass override=True (or a higher priority=) to replace it"))
+        staged.register(
+            name, fn, before=before, after=after, plugin=self.current_plugin, enabled_by_default=enabled_by_default
+        )
+        win = self._claims.claim(
+            ("pass", name),
+            staged[name],
+            self.current_plugin,
+            priority=priority,
+            override=override,
+            duplicate=lambda w: (
+                f"pass '{name}' is already registered by plugin '{w.plugin}'; "
+                "pass override=True (or a higher priority=) to replace it"
+            ),
+        )
         self._set_pass(name, win.value)
         self._note("passes", name)
 
@@ -316,8 +400,16 @@ class Registry:
             self._passes.remove(name)
             return
         order = self._passes[name].order if name in self._passes else None
-        self._passes.register(name, e.fn, before=e.before, after=e.after, plugin=e.plugin, override=True,
-                              enabled_by_default=e.enabled_by_default, doc=e.doc)
+        self._passes.register(
+            name,
+            e.fn,
+            before=e.before,
+            after=e.after,
+            plugin=e.plugin,
+            override=True,
+            enabled_by_default=e.enabled_by_default,
+            doc=e.doc,
+        )
         if order is not None:
             self._passes[name].order = order  # an override keeps the pass's place in the pipeline
 
@@ -335,6 +427,7 @@ class Registry:
         """
         remove_plugin(self, name)
 
+
 def _install_hint(device_type: str | None) -> str:
     """Which installed plugin could provide what is missing, or that none does."""
     from flow.plugins.manager import unloaded_plugins
@@ -342,8 +435,10 @@ def _install_hint(device_type: str | None) -> str:
     skipped = unloaded_plugins()
     pkg = KNOWN_DEVICE_PACKAGES.get(device_type) if device_type else None
     if skipped:
-        return (f"installed plugins that were not loaded and may provide it: {', '.join(skipped)} "
-                "(check FLOW_PLUGINS / FLOW_DISABLE_PLUGIN_AUTOLOAD)")
+        return (
+            f"installed plugins that were not loaded and may provide it: {', '.join(skipped)} "
+            "(check FLOW_PLUGINS / FLOW_DISABLE_PLUGIN_AUTOLOAD)"
+        )
     if pkg:
         from importlib import metadata
 

@@ -44,8 +44,16 @@ class ClaimBook:
         self._slots: dict[Hashable, list[Claim]] = {}
         self._seq = itertools.count()
 
-    def claim(self, slot: Hashable, value: Any, plugin: str, *, priority: int | None, override: bool,
-              duplicate: Callable[[Claim], str]) -> Claim:
+    def claim(
+        self,
+        slot: Hashable,
+        value: Any,
+        plugin: str,
+        *,
+        priority: int | None,
+        override: bool,
+        duplicate: Callable[[Claim], str],
+    ) -> Claim:
         """Add a claim and return the slot's winner after it.
 
         A claim on a taken slot at the same priority (``priority=None`` is 0, or the current

@@ -61,8 +61,17 @@ INTEGER = dtypes("int", text="an integer tensor")
 BOOL = dtypes(names=["bool"], text="a bool tensor")
 INDEX = dtypes(names=["int32", "int64"], text="an int32 or int64 tensor of indices")
 INDEX64 = dtypes(names=["int64"], text="an int64 tensor of indices")
-DTYPE_RULES = {"ANY": ANY, "FLOAT": FLOAT, "FLOAT_PROMOTE": FLOAT_PROMOTE, "NUMERIC": NUMERIC,
-               "INTEGRAL": INTEGRAL, "INTEGER": INTEGER, "BOOL": BOOL, "INDEX": INDEX, "INDEX64": INDEX64}
+DTYPE_RULES = {
+    "ANY": ANY,
+    "FLOAT": FLOAT,
+    "FLOAT_PROMOTE": FLOAT_PROMOTE,
+    "NUMERIC": NUMERIC,
+    "INTEGRAL": INTEGRAL,
+    "INTEGER": INTEGER,
+    "BOOL": BOOL,
+    "INDEX": INDEX,
+    "INDEX64": INDEX64,
+}
 
 
 @dataclass(frozen=True)
@@ -98,8 +107,9 @@ class Attr:
             for k, v in enumerate(value):
                 if not _isinstance(v, its):
                     names = "/".join(t.__name__ for t in its)
-                    raise OpTypeError(op, f"attribute '{self.name}' must hold {names} values, element {k} is "
-                                          f"{type(v).__name__} {v!r}")
+                    raise OpTypeError(
+                        op, f"attribute '{self.name}' must hold {names} values, element {k} is {type(v).__name__} {v!r}"
+                    )
 
 
 def _isinstance(value, types: tuple) -> bool:
@@ -146,8 +156,13 @@ class OpSchema:
         return f"{self.name}({ins}{', *, ' + ats if ats else ''}) -> ({outs})"
 
 
-def schema(name: str, inputs: Sequence[str | Input], attrs: Sequence[Attr] = (), outputs=("out",),
-           dtypes: Dtypes | Mapping[str, Dtypes] | None = None) -> OpSchema:
+def schema(
+    name: str,
+    inputs: Sequence[str | Input],
+    attrs: Sequence[Attr] = (),
+    outputs=("out",),
+    dtypes: Dtypes | Mapping[str, Dtypes] | None = None,
+) -> OpSchema:
     """Build an :class:`OpSchema`; input names ending in ``?`` are optional, ``*`` variadic.
 
     ``dtypes`` is one :class:`Dtypes` rule for every tensor input, or a mapping from input
@@ -243,7 +258,7 @@ def _plural(text: str) -> str:
     # "a floating-point tensor" -> "floating-point tensors"
     for art in ("a ", "an "):
         if text.startswith(art):
-            text = text[len(art):]
+            text = text[len(art) :]
             break
     return text.replace("tensor", "tensors", 1)
 
@@ -293,17 +308,46 @@ class OpDef:
     """
 
     __slots__ = (
-        "schema", "name", "meta", "grad", "save", "plugin", "kernels", "_kcache", "_mcache",
-        "elementwise", "eager_meta", "doc", "samples", "nondeterministic", "differentiable_inputs",
-        "composite", "dynamic_shape", "has_variadic", "no_error_samples", "origin",
+        "schema",
+        "name",
+        "meta",
+        "grad",
+        "save",
+        "plugin",
+        "kernels",
+        "_kcache",
+        "_mcache",
+        "elementwise",
+        "eager_meta",
+        "doc",
+        "samples",
+        "nondeterministic",
+        "differentiable_inputs",
+        "composite",
+        "dynamic_shape",
+        "has_variadic",
+        "no_error_samples",
+        "origin",
     )
 
-    def __init__(self, schema: OpSchema, meta: Callable, grad: Callable | None = None, save: str = "both",
-                 plugin: str = "", elementwise: bool = False, samples: Callable | None = None,
-                 nondeterministic: bool = False, doc: str = "",
-                 differentiable_inputs: tuple[int, ...] | None = None, eager_meta: bool | None = None,
-                 composite: bool = False, dynamic_shape: bool = False, no_error_samples: str = "",
-                 origin: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        schema: OpSchema,
+        meta: Callable,
+        grad: Callable | None = None,
+        save: str = "both",
+        plugin: str = "",
+        elementwise: bool = False,
+        samples: Callable | None = None,
+        nondeterministic: bool = False,
+        doc: str = "",
+        differentiable_inputs: tuple[int, ...] | None = None,
+        eager_meta: bool | None = None,
+        composite: bool = False,
+        dynamic_shape: bool = False,
+        no_error_samples: str = "",
+        origin: tuple[str, int] | None = None,
+    ) -> None:
         if save not in ("inputs", "outputs", "both", "none"):
             raise RegistrationError(f"op '{schema.name}': save must be inputs/outputs/both/none, got {save!r}")
         if not callable(meta):
@@ -353,8 +397,11 @@ class OpDef:
         rule = spec.dtypes
         if rule is None or rule.accepts(dtype):
             return None
-        msg = (f"'{spec.name}' must hold {_plural(rule.text)}, element 0 is {dtype}" if spec.variadic
-               else f"'{spec.name}' must be {rule.text}, got {dtype}")
+        msg = (
+            f"'{spec.name}' must hold {_plural(rule.text)}, element 0 is {dtype}"
+            if spec.variadic
+            else f"'{spec.name}' must be {rule.text}, got {dtype}"
+        )
         name = self.name
 
         def rejected(*arrays, **attrs):

@@ -31,8 +31,18 @@ class PassRegistry:
     def __init__(self) -> None:
         self._passes: dict[str, PassEntry] = {}
 
-    def register(self, name: str, fn: Callable, *, before=(), after=(), plugin: str = "",
-                 enabled_by_default: bool = True, override: bool = False, doc: str = "") -> None:
+    def register(
+        self,
+        name: str,
+        fn: Callable,
+        *,
+        before=(),
+        after=(),
+        plugin: str = "",
+        enabled_by_default: bool = True,
+        override: bool = False,
+        doc: str = "",
+    ) -> None:
         if name in self._passes and not override:
             raise RegistrationError(
                 f"pass '{name}' is already registered by plugin '{self._passes[name].plugin}'; "
@@ -42,8 +52,16 @@ class PassRegistry:
             before = (before,)
         if isinstance(after, str):
             after = (after,)
-        self._passes[name] = PassEntry(name, fn, tuple(before), tuple(after), plugin, enabled_by_default,
-                                       doc or (fn.__doc__ or "").strip().split("\n")[0], len(self._passes))
+        self._passes[name] = PassEntry(
+            name,
+            fn,
+            tuple(before),
+            tuple(after),
+            plugin,
+            enabled_by_default,
+            doc or (fn.__doc__ or "").strip().split("\n")[0],
+            len(self._passes),
+        )
 
     def remove(self, name: str) -> None:
         """Drop a pass (used when the plugin that registered it is unregistered)."""

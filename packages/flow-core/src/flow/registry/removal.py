@@ -54,10 +54,12 @@ def contested(reg: Registry) -> list[dict]:
     """See :meth:`flow.registry.Registry.contested`."""
     out = []
     for slot, claims in reg._claims.contested():
-        out.append({
-            "what": slot_text(slot),
-            "winner": claims[0].plugin,
-            "priority": claims[0].priority,
-            "over": [{"plugin": c.plugin, "priority": c.priority} for c in claims[1:]],
-        })
+        out.append(
+            {
+                "what": slot_text(slot),
+                "winner": claims[0].plugin,
+                "priority": claims[0].priority,
+                "over": [{"plugin": c.plugin, "priority": c.priority} for c in claims[1:]],
+            }
+        )
     return out

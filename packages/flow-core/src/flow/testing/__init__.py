@@ -14,9 +14,13 @@ from flow.testing.error_inputs import ErrorInput
 # The suites are imported on first use: `import flow` imports flow.testing, and the discovery
 # suite needs subprocess and importlib.metadata, which `import flow` otherwise does not load.
 _LAZY = {
-    "check_device": "device_suite", "check_op_on_device": "device_suite", "device_conformance_suite": "device_suite",
-    "PluginConformanceError": "plugin_suite", "check_plugin_discovery": "plugin_suite",
-    "discovery_checks": "plugin_suite", "plugin_discovery_suite": "plugin_suite",
+    "check_device": "device_suite",
+    "check_op_on_device": "device_suite",
+    "device_conformance_suite": "device_suite",
+    "PluginConformanceError": "plugin_suite",
+    "check_plugin_discovery": "plugin_suite",
+    "discovery_checks": "plugin_suite",
+    "plugin_discovery_suite": "plugin_suite",
 }
 
 
@@ -29,6 +33,19 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f"flow.testing.{mod}"), name)
 
 
-__all__ = ["SampleInput", "ErrorInput", "gradcheck", "gradgradcheck", "opcheck", "assert_close", "OpCheckError",
-           "check_device", "check_op_on_device", "device_conformance_suite", "PluginConformanceError",
-           "check_plugin_discovery", "discovery_checks", "plugin_discovery_suite"]
+__all__ = [
+    "SampleInput",
+    "ErrorInput",
+    "gradcheck",
+    "gradgradcheck",
+    "opcheck",
+    "assert_close",
+    "OpCheckError",
+    "check_device",
+    "check_op_on_device",
+    "device_conformance_suite",
+    "PluginConformanceError",
+    "check_plugin_discovery",
+    "discovery_checks",
+    "plugin_discovery_suite",
+]

@@ -73,8 +73,9 @@ def assert_close(actual, expected, rtol: float | None = None, atol: float | None
         return
     if not np.allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
         diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
-        raise AssertionError(f"{msg} values differ: max abs diff {np.nanmax(diff) if diff.size else 0} "
-                             f"(rtol={rtol}, atol={atol})")
+        raise AssertionError(
+            f"{msg} values differ: max abs diff {np.nanmax(diff) if diff.size else 0} (rtol={rtol}, atol={atol})"
+        )
 
 
 def _float_inputs(inputs) -> list[int]:
@@ -83,8 +84,15 @@ def _float_inputs(inputs) -> list[int]:
     return [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
 
 
-def gradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-              raise_exception: bool = True, seed: int = 0) -> bool:
+def gradcheck(
+    fn: Callable,
+    inputs: Sequence,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    seed: int = 0,
+) -> bool:
     """Compare autograd's gradient of ``fn`` with central finite differences (float64).
 
     Every tensor in ``inputs`` that requires grad is checked. Outputs are
@@ -153,8 +161,9 @@ def gradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1
     return True
 
 
-def gradgradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-                  seed: int = 1) -> bool:
+def gradgradcheck(
+    fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, seed: int = 1
+) -> bool:
     """Check second derivatives: gradcheck of (d fn / d inputs) . v with create_graph=True."""
     import flow
     from flow._tensor import Tensor
@@ -162,8 +171,7 @@ def gradgradcheck(fn: Callable, inputs: Sequence, eps: float = 1e-6, atol: float
     rng = np.random.default_rng(seed)
     out = fn(*inputs)
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    projs = [flow.tensor(rng.standard_normal(tuple(o.shape)), dtype=o.dtype) for o in outs
-             if isinstance(o, Tensor)]
+    projs = [flow.tensor(rng.standard_normal(tuple(o.shape)), dtype=o.dtype) for o in outs if isinstance(o, Tensor)]
     idx = _float_inputs(inputs)
 
     def first_grad(*xs):
@@ -238,8 +246,13 @@ def _meta_outputs(op, args, kwargs):
     return m if isinstance(m, tuple) else (m,)
 
 
-def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: bool = True,
-            samples: Iterable[SampleInput] | None = None) -> dict:
+def opcheck(
+    op_name: str,
+    *,
+    devices: Iterable[str] | None = None,
+    check_grad: bool = True,
+    samples: Iterable[SampleInput] | None = None,
+) -> dict:
     """Check an op's registrations agree; raise :class:`OpCheckError` naming the first disagreement.
 
     ``devices`` defaults to every registered, available device type. On a device
@@ -262,43 +275,57 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
     op = get_op(op_name)
     if samples is None:
         if op.samples is None:
-            raise OpCheckError(f"op '{op_name}' (plugin '{op.plugin}') has no samples: pass samples= to "
-                               "register_op so opcheck can test it")
+            raise OpCheckError(
+                f"op '{op_name}' (plugin '{op.plugin}') has no samples: pass samples= to "
+                "register_op so opcheck can test it"
+            )
         samples = list(op.samples())
     samples, errors = E.split(list(samples))
     if not samples:
         raise OpCheckError(f"op '{op_name}': its samples function yielded no SampleInput")
     undeclared = [i.name for i in op.schema.inputs if i.dtypes is None]
     if undeclared:
-        raise OpCheckError(f"op '{op_name}' (plugin '{op.plugin}'): inputs {undeclared} declare no dtypes; give "
-                           "each input a flow.registry.Dtypes rule (schema(..., dtypes=...))")
+        raise OpCheckError(
+            f"op '{op_name}' (plugin '{op.plugin}'): inputs {undeclared} declare no dtypes; give "
+            "each input a flow.registry.Dtypes rule (schema(..., dtypes=...))"
+        )
     if not errors and not E.generated(op, samples) and not op.no_error_samples:
-        raise OpCheckError(f"op '{op_name}' (plugin '{op.plugin}') has no error samples: yield "
-                           "flow.testing.ErrorInput(...) from its samples for the inputs it rejects, or register "
-                           "it with no_error_samples='<why it accepts every input>'")
+        raise OpCheckError(
+            f"op '{op_name}' (plugin '{op.plugin}') has no error samples: yield "
+            "flow.testing.ErrorInput(...) from its samples for the inputs it rejects, or register "
+            "it with no_error_samples='<why it accepts every input>'"
+        )
     devs = list(devices) if devices is not None else _device_types()
-    report = {"op": op_name, "samples": len(samples), "devices": devs, "grad_checked": 0, "skipped": [],
-              "errors_checked": 0, "_samples": samples}
+    report = {
+        "op": op_name,
+        "samples": len(samples),
+        "devices": devs,
+        "grad_checked": 0,
+        "skipped": [],
+        "errors_checked": 0,
+        "_samples": samples,
+    }
     infos = {}
     for dev in devs:
         info = REGISTRY.device_types.get(dev)
         if info is None:
-            raise OpCheckError(f"opcheck: no device type '{dev}' is registered "
-                               f"(registered: {sorted(REGISTRY.device_types)})")
+            raise OpCheckError(
+                f"opcheck: no device type '{dev}' is registered (registered: {sorted(REGISTRY.device_types)})"
+            )
         if info.extra.get("shape_only") and op.dynamic_shape:
-            report["skipped"].append(f"{dev}: shapes only, and the output shape of '{op_name}' depends on the "
-                                     "input values")
+            report["skipped"].append(
+                f"{dev}: shapes only, and the output shape of '{op_name}' depends on the input values"
+            )
             continue
         infos[dev] = info
     # gradients against finite differences (on the CPU) when a device with data is checked
     fd_grad = check_grad and any(not i.extra.get("shape_only") for i in infos.values())
     for si, s in enumerate(samples):
         dtypes = s.dtypes or (D.float32, D.float64)
-        has_float = any(getattr(a, "dtype", None) is not None and a.dtype.is_floating_point
-                        for a in _flat(s.args))
+        has_float = any(getattr(a, "dtype", None) is not None and a.dtype.is_floating_point for a in _flat(s.args))
         for dev, dtinfo in infos.items():
             shape_only = bool(dtinfo.extra.get("shape_only"))
-            for dt in (dtypes if has_float else (None,)):
+            for dt in dtypes if has_float else (None,):
                 args = tuple(_convert(a, dt, dev) for a in s.args)
                 where = f"op '{op_name}' sample {si} on device '{dev}'" + (f" dtype {dt}" if dt else "")
                 try:
@@ -311,8 +338,10 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
                     raise OpCheckError(f"{where}: meta rule gives {len(metas)} outputs, kernel {len(outs)}")
                 for k, (o, m) in enumerate(zip(outs, metas)):
                     if tuple(o.shape) != tuple(m.shape) or o.dtype != m.dtype:
-                        raise OpCheckError(f"{where}: output {k} is {tuple(o.shape)} {o.dtype} but the meta rule "
-                                           f"says {tuple(m.shape)} {m.dtype}")
+                        raise OpCheckError(
+                            f"{where}: output {k} is {tuple(o.shape)} {o.dtype} but the meta rule "
+                            f"says {tuple(m.shape)} {m.dtype}"
+                        )
                 if shape_only:
                     if check_grad and s.grad and op.grad is not None and dt is (dtypes[0] if has_float else None):
                         _check_shape_only_grad(op_name, args, s.kwargs, where)
@@ -330,8 +359,11 @@ def opcheck(op_name: str, *, devices: Iterable[str] | None = None, check_grad: b
                             assert_close(o.cpu() if dev != "cpu" else o, r, rtol=rtol, atol=atol)
                         except AssertionError as e:
                             raise OpCheckError(f"{where}: output {k} differs from the reference kernel: {e}") from e
-        if fd_grad and s.grad and op.grad is not None and any(
-            getattr(a, "dtype", None) is not None and a.dtype.is_floating_point for a in _flat(s.args)
+        if (
+            fd_grad
+            and s.grad
+            and op.grad is not None
+            and any(getattr(a, "dtype", None) is not None and a.dtype.is_floating_point for a in _flat(s.args))
         ):
             _check_op_grad(op_name, s, where=f"op '{op_name}' sample {si}")
             report["grad_checked"] += 1
@@ -370,16 +402,17 @@ def _check_shape_only_grad(op_name: str, args: tuple, kwargs: dict, where: str) 
         outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o.requires_grad]
         if not outs:
             return
-        grads = flow.autograd.grad(outs, leaves, grad_outputs=[flow.ones_like(o) for o in outs],
-                                   allow_unused=True)
+        grads = flow.autograd.grad(outs, leaves, grad_outputs=[flow.ones_like(o) for o in outs], allow_unused=True)
     except Exception as e:
         raise OpCheckError(f"{where}: backward failed: {type(e).__name__}: {e}") from e
     for k, (leaf, g) in enumerate(zip(leaves, grads)):
         if g is None:
             continue
         if tuple(g.shape) != tuple(leaf.shape) or g.dtype is not leaf.dtype or g.device is not leaf.device:
-            raise OpCheckError(f"{where}: gradient {k} is {tuple(g.shape)} {g.dtype} on '{g.device}', expected "
-                               f"{tuple(leaf.shape)} {leaf.dtype} on '{leaf.device}'")
+            raise OpCheckError(
+                f"{where}: gradient {k} is {tuple(g.shape)} {g.dtype} on '{g.device}', expected "
+                f"{tuple(leaf.shape)} {leaf.dtype} on '{leaf.device}'"
+            )
 
 
 def _flat(args) -> list:
@@ -434,5 +467,3 @@ def _check_op_grad(op_name: str, s: SampleInput, where: str) -> None:
         gradcheck(fn, leaves)
     except OpCheckError as e:
         raise OpCheckError(f"{where}: {e}") from e
-
-

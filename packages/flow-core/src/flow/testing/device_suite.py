@@ -84,15 +84,25 @@ def check_op_on_device(op_name: str, device_type: str, *, backward: bool = True)
     op = get_op(op_name)
     info = REGISTRY.device_types.get(device_type)
     if info is None:
-        raise OpCheckError(f"device conformance: no device type '{device_type}' is registered "
-                           f"(registered: {sorted(REGISTRY.device_types)})")
+        raise OpCheckError(
+            f"device conformance: no device type '{device_type}' is registered "
+            f"(registered: {sorted(REGISTRY.device_types)})"
+        )
     shape_only = bool(info.extra.get("shape_only"))
     if not _runs_on(REGISTRY, op, device_type, info):
         have = sorted({d for d, _ in op.kernels})
-        return {"op": op_name, "samples": 0, "devices": [device_type], "grad_checked": 0, "errors_checked": 0,
-                "backward_checked": 0,
-                "skipped": [f"op '{op_name}' (plugin '{op.plugin}') has no kernel for '{device_type}' and no generic "
-                            f"kernel (it has kernels for: {', '.join(have) or 'no device'})"]}
+        return {
+            "op": op_name,
+            "samples": 0,
+            "devices": [device_type],
+            "grad_checked": 0,
+            "errors_checked": 0,
+            "backward_checked": 0,
+            "skipped": [
+                f"op '{op_name}' (plugin '{op.plugin}') has no kernel for '{device_type}' and no generic "
+                f"kernel (it has kernels for: {', '.join(have) or 'no device'})"
+            ],
+        }
     # the finite-difference gradient check runs on the CPU, which flow-core's suite covers already
     report = opcheck(op_name, devices=[device_type], check_grad=shape_only)
     report["backward_checked"] = 0
@@ -120,8 +130,10 @@ def check_op_on_device(op_name: str, device_type: str, *, backward: bool = True)
             atol = s.atol if s.atol is not None else (1e-2 if lowp else 1e-5 if dt is D.float32 else 1e-8)
             for k, (g, r) in enumerate(zip(got, ref)):
                 if (g is None) != (r is None):
-                    raise OpCheckError(f"{where}: gradient of input {k} is {'None' if g is None else 'a tensor'} "
-                                       f"on the device, {'None' if r is None else 'a tensor'} on the CPU")
+                    raise OpCheckError(
+                        f"{where}: gradient of input {k} is {'None' if g is None else 'a tensor'} "
+                        f"on the device, {'None' if r is None else 'a tensor'} on the CPU"
+                    )
                 if g is None:
                     continue
                 if g.device.type != device_type:
@@ -152,12 +164,13 @@ def device_ops() -> list[str]:
 def check_device(device_type: str, ops: Iterable[str] | None = None, *, backward: bool = True) -> dict[str, dict]:
     """Run the suite over ``ops`` (default: every registered op) on ``device_type``; op -> report.
     Raises :class:`flow.testing.OpCheckError` at the first op that fails."""
-    return {name: check_op_on_device(name, device_type, backward=backward)
-            for name in (device_ops() if ops is None else ops)}
+    return {
+        name: check_op_on_device(name, device_type, backward=backward)
+        for name in (device_ops() if ops is None else ops)
+    }
 
 
-def device_conformance_suite(device_type: str, ops: Iterable[str] | None = None, *,
-                             backward: bool = True) -> Callable:
+def device_conformance_suite(device_type: str, ops: Iterable[str] | None = None, *, backward: bool = True) -> Callable:
     """A pytest test function, parametrised over ``ops`` (default: every registered op), that runs
     :func:`check_op_on_device` for each on ``device_type``.
 

@@ -91,8 +91,9 @@ def _wrong_dtypes(op, samples) -> list[ErrorInput]:
         rule = spec.dtypes
         if rule is None:
             continue
-        s = next((s for s in samples if k < len(s.args) and (_is_tensor(s.args[k]) or _is_tensor_list(s.args[k]))),
-                 None)
+        s = next(
+            (s for s in samples if k < len(s.args) and (_is_tensor(s.args[k]) or _is_tensor_list(s.args[k]))), None
+        )
         if s is None:
             continue
         probes = [dt for dt in _PROBE_DTYPES if not rule.accepts(dt)]
@@ -111,8 +112,15 @@ def _wrong_dtypes(op, samples) -> list[ErrorInput]:
                     if j > k and other.dtypes == rule and j < len(args) and _is_tensor(args[j]):
                         args[j] = _cast(args[j], dt)
             frag = f"'{spec.name}' must hold" if spec.variadic else f"'{spec.name}' must be"
-            out.append(ErrorInput(tuple(args), dict(s.kwargs), OpTypeError, frag,
-                                  note=f"'{spec.name}' of dtype {dt}, which {rule!r} rejects"))
+            out.append(
+                ErrorInput(
+                    tuple(args),
+                    dict(s.kwargs),
+                    OpTypeError,
+                    frag,
+                    note=f"'{spec.name}' of dtype {dt}, which {rule!r} rejects",
+                )
+            )
     return out
 
 
@@ -126,8 +134,15 @@ def _bad_attrs(op, samples) -> list[ErrorInput]:
         kw = dict(s.kwargs)
         if a.choices is not None:
             kw[a.name] = "__not_a_choice__"
-            out.append(ErrorInput(s.args, kw, OpError, f"attribute '{a.name}' must be one of",
-                                  note=f"attribute '{a.name}' not one of its choices"))
+            out.append(
+                ErrorInput(
+                    s.args,
+                    kw,
+                    OpError,
+                    f"attribute '{a.name}' must be one of",
+                    note=f"attribute '{a.name}' not one of its choices",
+                )
+            )
             continue
         if a.type is object:
             continue
@@ -135,8 +150,15 @@ def _bad_attrs(op, samples) -> list[ErrorInput]:
         wrong = "not-a-value" if str not in types else [1]
         kw = dict(s.kwargs)
         kw[a.name] = wrong
-        out.append(ErrorInput(s.args, kw, OpTypeError, f"attribute '{a.name}' must be",
-                              note=f"attribute '{a.name}' of type {type(wrong).__name__}"))
+        out.append(
+            ErrorInput(
+                s.args,
+                kw,
+                OpTypeError,
+                f"attribute '{a.name}' must be",
+                note=f"attribute '{a.name}' of type {type(wrong).__name__}",
+            )
+        )
     return out
 
 
@@ -148,8 +170,9 @@ def _mixed_devices(op, samples) -> list[ErrorInput]:
         if len(spots) < 2:
             continue
         i, j = spots[-1]
-        return [ErrorInput(s.args, dict(s.kwargs), OpError, "same device", note=f"input {i} left on the CPU",
-                           on_cpu=(i, j))]
+        return [
+            ErrorInput(s.args, dict(s.kwargs), OpError, "same device", note=f"input {i} left on the CPU", on_cpu=(i, j))
+        ]
     return []
 
 
@@ -167,12 +190,14 @@ def check(op, errors: list[ErrorInput], infos: dict, report: dict) -> None:
             if e.values and shape_only:
                 continue
             pin = e.on_cpu
-            args = tuple(a if pin is not None and pin[0] == i and pin[1] is None else _convert(a, None, dev)
-                         for i, a in enumerate(e.args))
+            args = tuple(
+                a if pin is not None and pin[0] == i and pin[1] is None else _convert(a, None, dev)
+                for i, a in enumerate(e.args)
+            )
             if pin is not None and pin[1] is not None:
                 seq = list(args[pin[0]])
                 seq[pin[1]] = e.args[pin[0]][pin[1]]
-                args = args[:pin[0]] + (type(e.args[pin[0]])(seq),) + args[pin[0] + 1:]
+                args = args[: pin[0]] + (type(e.args[pin[0]])(seq),) + args[pin[0] + 1 :]
             what = f" ({e.note})" if e.note else ""
             where = f"op '{name}' error input {ei}{what} on device '{dev}'"
             _expect(where, e, functools.partial(flow.ops.call, name, *args, **e.kwargs), "the call")
@@ -196,6 +221,7 @@ def _expect(where: str, e: ErrorInput, fn, who: str) -> None:
             raise OpCheckError(f"{where}: the kernel failed and the meta rule did not explain it: {err}") from err
         return
     except Exception as err:
-        raise OpCheckError(f"{where}: expected {want} from {who}, got a non-flow exception "
-                           f"{type(err).__name__}: {err}") from err
+        raise OpCheckError(
+            f"{where}: expected {want} from {who}, got a non-flow exception {type(err).__name__}: {err}"
+        ) from err
     raise OpCheckError(f"{where}: expected {want} from {who}, but it succeeded")

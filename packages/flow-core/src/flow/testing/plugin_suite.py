@@ -37,8 +37,10 @@ from importlib import metadata
 from typing import Callable, Iterable, Mapping
 
 # One plugin line of `python -m flow plugins`: "name  [distribution version, kind, status]  module".
-LISTING_LINE = re.compile(r"^(?P<name>\S+)\s+\[(?P<dist>\S+) (?P<version>\S+), (?P<kind>[^,]+), (?P<status>[^\]]+)\]"
-                          r"\s+(?P<module>\S+)$")
+LISTING_LINE = re.compile(
+    r"^(?P<name>\S+)\s+\[(?P<dist>\S+) (?P<version>\S+), (?P<kind>[^,]+), (?P<status>[^\]]+)\]"
+    r"\s+(?P<module>\S+)$"
+)
 CHECKS = ("entry_point", "hooks", "loads", "registers", "cli", "cli_select", "cli_skip", "absent")
 
 
@@ -93,8 +95,10 @@ def _registered_in_registry(plugin: str, kind: str, what: str) -> bool:
         return any(c.plugin == plugin for c in REGISTRY._claims.claims(("device_type", what)))
     if kind == "kernels":
         op, _, dev = what[:-1].partition("[")
-        return any(s[1] == op and s[2] == dev and any(c.plugin == plugin for c in REGISTRY._claims.claims(s))
-                   for s in REGISTRY._claims.slots("kernel"))
+        return any(
+            s[1] == op and s[2] == dev and any(c.plugin == plugin for c in REGISTRY._claims.claims(s))
+            for s in REGISTRY._claims.slots("kernel")
+        )
     if kind == "tables":
         t = REGISTRY.tables.get(what)
         return t is not None and t.owner == plugin
@@ -106,8 +110,9 @@ def _registered_in_registry(plugin: str, kind: str, what: str) -> bool:
     return True  # a kind of registration this suite does not know (added by a newer core): not checked
 
 
-def discovery_checks(distribution: str, *, registers: Mapping[str, Iterable[str]] | None = None,
-                     absent_modules: Iterable[str] = ()) -> dict[str, Callable[[], None]]:
+def discovery_checks(
+    distribution: str, *, registers: Mapping[str, Iterable[str]] | None = None, absent_modules: Iterable[str] = ()
+) -> dict[str, Callable[[], None]]:
     """The checks of the suite for ``distribution`` by name (see the module docstring); each raises
     :class:`PluginConformanceError` on failure."""
     absent = list(absent_modules)
@@ -126,8 +131,10 @@ def discovery_checks(distribution: str, *, registers: Mapping[str, Iterable[str]
             try:
                 importlib.import_module(ep.value.split(":")[0])
             except Exception as e:
-                _fail("entry_point", f"entry point '{ep.name}' names '{ep.value}', which fails to import: "
-                                     f"{type(e).__name__}: {e}")
+                _fail(
+                    "entry_point",
+                    f"entry point '{ep.name}' names '{ep.value}', which fails to import: {type(e).__name__}: {e}",
+                )
 
     def check_hooks():
         import flow.plugins
@@ -144,8 +151,11 @@ def discovery_checks(distribution: str, *, registers: Mapping[str, Iterable[str]
                 _fail("loads", f"plugin '{ep.name}' is not loaded: {info.skipped_reason}")
             got = (info.builtin, info.distribution, info.version, info.module)
             if got != (False, distribution, version, ep.value):
-                _fail("loads", f"plugin '{ep.name}' is listed as (builtin, distribution, version, module) = {got}, "
-                               f"expected {(False, distribution, version, ep.value)}")
+                _fail(
+                    "loads",
+                    f"plugin '{ep.name}' is listed as (builtin, distribution, version, module) = {got}, "
+                    f"expected {(False, distribution, version, ep.value)}",
+                )
 
     def check_registers():
         mine: dict[str, set] = {}
@@ -155,13 +165,18 @@ def discovery_checks(distribution: str, *, registers: Mapping[str, Iterable[str]
                 mine.setdefault(kind, set()).update(names)
                 for what in names:
                     if not _registered_in_registry(ep.name, kind, what):
-                        _fail("registers", f"plugin '{ep.name}' registered {kind} '{what}', which the registry "
-                                           "does not hold under its name")
+                        _fail(
+                            "registers",
+                            f"plugin '{ep.name}' registered {kind} '{what}', which the registry "
+                            "does not hold under its name",
+                        )
         for kind, names in expected.items():
             missing = sorted(set(names) - mine.get(kind, set()))
             if missing:
-                _fail("registers", f"'{distribution}' should register {kind} {missing}; it registered "
-                                   f"{sorted(mine.get(kind, ()))}")
+                _fail(
+                    "registers",
+                    f"'{distribution}' should register {kind} {missing}; it registered {sorted(mine.get(kind, ()))}",
+                )
 
     def check_cli():
         lines = _listing("cli")
@@ -170,26 +185,35 @@ def discovery_checks(distribution: str, *, registers: Mapping[str, Iterable[str]
         for ep in eps():
             line = lines.get(ep.name)
             want = (distribution, metadata.version(distribution), "entry point", "loaded", ep.value)
-            got = None if line is None else (line["dist"], line["version"], line["kind"], line["status"],
-                                             line["module"])
+            got = (
+                None if line is None else (line["dist"], line["version"], line["kind"], line["status"], line["module"])
+            )
             if got != want:
                 _fail("cli", f"python -m flow plugins shows '{ep.name}' as {got}, expected {want}")
             d = data.get(ep.name)
             if d is None or d["registered"] != _info(ep.name).registered:
-                _fail("cli", f"python -m flow plugins --json gives '{ep.name}' registrations "
-                             f"{None if d is None else d['registered']}, this process {_info(ep.name).registered}")
+                _fail(
+                    "cli",
+                    f"python -m flow plugins --json gives '{ep.name}' registrations "
+                    f"{None if d is None else d['registered']}, this process {_info(ep.name).registered}",
+                )
 
     def check_cli_select():
         for ep in eps():
             for selector in (ep.name, distribution):
                 line = _listing("cli_select", FLOW_PLUGINS=selector).get(ep.name)
                 if line is None or line["status"] != "loaded":
-                    _fail("cli_select", f"with FLOW_PLUGINS={selector} plugin '{ep.name}' is "
-                                        f"{'missing' if line is None else line['status']}, expected loaded")
+                    _fail(
+                        "cli_select",
+                        f"with FLOW_PLUGINS={selector} plugin '{ep.name}' is "
+                        f"{'missing' if line is None else line['status']}, expected loaded",
+                    )
 
     def check_cli_skip():
-        for env, why in (({"FLOW_DISABLE_PLUGIN_AUTOLOAD": "1"}, "FLOW_DISABLE_PLUGIN_AUTOLOAD"),
-                         ({"FLOW_PLUGINS": "flow-core"}, "FLOW_PLUGINS")):
+        for env, why in (
+            ({"FLOW_DISABLE_PLUGIN_AUTOLOAD": "1"}, "FLOW_DISABLE_PLUGIN_AUTOLOAD"),
+            ({"FLOW_PLUGINS": "flow-core"}, "FLOW_PLUGINS"),
+        ):
             lines = _listing("cli_skip", **env)
             for ep in eps():
                 line = lines.get(ep.name)
@@ -198,18 +222,28 @@ def discovery_checks(distribution: str, *, registers: Mapping[str, Iterable[str]
                     _fail("cli_skip", f"with {env} plugin '{ep.name}' is {status}, expected skipped naming {why}")
 
     def check_absent():
-        code = ("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in absent)
-                + "import importlib, flow.plugins\n"
-                + "".join(f"importlib.import_module({ep.value.split(':')[0]!r})\n" for ep in eps())
-                + "info = {i.name: i for i in flow.plugins.list_plugins()}\n"
-                + "".join(f"assert info[{ep.name!r}].loaded, info[{ep.name!r}].skipped_reason\n" for ep in eps()))
+        code = (
+            "import sys\n"
+            + "".join(f"sys.modules[{m!r}] = None\n" for m in absent)
+            + "import importlib, flow.plugins\n"
+            + "".join(f"importlib.import_module({ep.value.split(':')[0]!r})\n" for ep in eps())
+            + "info = {i.name: i for i in flow.plugins.list_plugins()}\n"
+            + "".join(f"assert info[{ep.name!r}].loaded, info[{ep.name!r}].skipped_reason\n" for ep in eps())
+        )
         proc = run_flow([], code)
         if proc.returncode != 0:
             _fail("absent", f"with {absent} unimportable, '{distribution}' fails to import or load:\n{proc.stderr}")
 
-    checks = {"entry_point": check_entry_point, "hooks": check_hooks, "loads": check_loads,
-              "registers": check_registers, "cli": check_cli, "cli_select": check_cli_select,
-              "cli_skip": check_cli_skip, "absent": check_absent}
+    checks = {
+        "entry_point": check_entry_point,
+        "hooks": check_hooks,
+        "loads": check_loads,
+        "registers": check_registers,
+        "cli": check_cli,
+        "cli_select": check_cli_select,
+        "cli_skip": check_cli_skip,
+        "absent": check_absent,
+    }
     if not absent:
         del checks["absent"]
     return checks
@@ -223,8 +257,9 @@ def check_plugin_discovery(distribution: str, **kwargs) -> list[str]:
     return list(checks)
 
 
-def plugin_discovery_suite(distribution: str, *, registers: Mapping[str, Iterable[str]] | None = None,
-                           absent_modules: Iterable[str] = ()) -> Callable:
+def plugin_discovery_suite(
+    distribution: str, *, registers: Mapping[str, Iterable[str]] | None = None, absent_modules: Iterable[str] = ()
+) -> Callable:
     """A pytest test function, parametrised over the suite's checks, for a plugin package's tests.
 
     Assign it to a ``test_`` name in a test module::

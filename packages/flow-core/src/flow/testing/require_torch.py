@@ -30,8 +30,10 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.skipped and _skipped_for_torch(report):
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} was skipped because torch could not be imported, in a run that "
-                           f"compares flow with PyTorch: {report.longrepr}")
+        report.longrepr = (
+            f"{item.nodeid} was skipped because torch could not be imported, in a run that "
+            f"compares flow with PyTorch: {report.longrepr}"
+        )
 
 
 def pytest_sessionstart(session) -> None:

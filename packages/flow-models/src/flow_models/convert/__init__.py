@@ -20,9 +20,19 @@ from flow_models.convert.torchvision import (
 )
 
 __all__ = [
-    "ConversionError", "LoadResult", "read_state_dict",
-    "load_torchvision_resnet", "resnet_config_from_state_dict", "resnet_from_torchvision",
+    "ConversionError",
+    "LoadResult",
+    "read_state_dict",
+    "load_torchvision_resnet",
+    "resnet_config_from_state_dict",
+    "resnet_from_torchvision",
     "torchvision_resnet_state_dict",
-    "load_hf_gpt2", "gpt2_config_from_state_dict", "gpt2_from_hf", "hf_gpt2_state_dict",
-    "load_hf_bert", "bert_config_from_state_dict", "bert_from_hf", "hf_bert_state_dict",
+    "load_hf_gpt2",
+    "gpt2_config_from_state_dict",
+    "gpt2_from_hf",
+    "hf_gpt2_state_dict",
+    "load_hf_bert",
+    "bert_config_from_state_dict",
+    "bert_from_hf",
+    "hf_bert_state_dict",
 ]

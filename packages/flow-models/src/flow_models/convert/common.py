@@ -69,8 +69,9 @@ def read_state_dict(source) -> dict[str, np.ndarray]:
         raise TypeError(f"expected a safetensors file path or a state dict, got {type(source).__name__}")
     path = os.fspath(source)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint file at '{path}' (converters read local safetensors files; "
-                                "nothing is downloaded)")
+        raise FileNotFoundError(
+            f"no checkpoint file at '{path}' (converters read local safetensors files; nothing is downloaded)"
+        )
     import safetensors.numpy
 
     try:
@@ -91,9 +92,16 @@ def _shape(t) -> tuple:
     return tuple(int(s) for s in t.shape)
 
 
-def load_mapped(model: nn.Module, mapped: dict[str, Mapped], *, what: str, skipped: dict[str, str] | None = None,
-                strict: bool = True, allow_missing: tuple[str, ...] = ("*num_batches_tracked",),
-                unmapped_error: Callable[[list[str]], str] | None = None) -> LoadResult:
+def load_mapped(
+    model: nn.Module,
+    mapped: dict[str, Mapped],
+    *,
+    what: str,
+    skipped: dict[str, str] | None = None,
+    strict: bool = True,
+    allow_missing: tuple[str, ...] = ("*num_batches_tracked",),
+    unmapped_error: Callable[[list[str]], str] | None = None,
+) -> LoadResult:
     """Check ``mapped`` (model key -> :class:`Mapped`) against ``model`` and copy it in.
 
     Raises :class:`ConversionError` for any shape mismatch (naming the checkpoint key, the model
@@ -114,16 +122,20 @@ def load_mapped(model: nn.Module, mapped: dict[str, Mapped], *, what: str, skipp
     for key, m in mapped.items():
         if key in target and _shape(m.array) != _shape(target[key]):
             how = f" ({m.note}: {_shape(m.array)})" if m.note else ""
-            mismatched.append(f"checkpoint key '{m.source}' has shape {m.source_shape}{how} but model key '{key}' "
-                              f"has shape {_shape(target[key])}")
+            mismatched.append(
+                f"checkpoint key '{m.source}' has shape {m.source_shape}{how} but model key '{key}' "
+                f"has shape {_shape(target[key])}"
+            )
     if mismatched:
         raise ConversionError(f"{what}: shape mismatch: " + "; ".join(mismatched))
     for group in tied_groups(model):  # one name of a tied group given is enough; two must agree
         given = sorted(k for k in group if k in mapped)
         for other in given[1:]:
             if not np.array_equal(mapped[other].array, mapped[given[0]].array):
-                raise ConversionError(f"{what}: the model ties '{given[0]}' and '{other}' but the checkpoint's "
-                                      f"'{mapped[given[0]].source}' and '{mapped[other].source}' differ")
+                raise ConversionError(
+                    f"{what}: the model ties '{given[0]}' and '{other}' but the checkpoint's "
+                    f"'{mapped[given[0]].source}' and '{mapped[other].source}' differ"
+                )
             result.skipped[mapped.pop(other).source] = f"tied to '{given[0]}'"
         if given:
             for k in group - {given[0]}:
@@ -132,8 +144,9 @@ def load_mapped(model: nn.Module, mapped: dict[str, Mapped], *, what: str, skipp
     required = [k for k in missing if not any(fnmatch.fnmatchcase(k, pat) for pat in allow_missing)]
     if required and strict:
         msg = unmapped_error(required) if unmapped_error else ""
-        shown = ", ".join(f"'{k}'" for k in required[:8]) + (f" and {len(required) - 8} more"
-                                                            if len(required) > 8 else "")
+        shown = ", ".join(f"'{k}'" for k in required[:8]) + (
+            f" and {len(required) - 8} more" if len(required) > 8 else ""
+        )
         raise ConversionError(f"{what}: the checkpoint has no value for model key(s) {shown}{msg}")
     result.missing = missing
     state = {}

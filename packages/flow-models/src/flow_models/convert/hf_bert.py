@@ -37,7 +37,7 @@ def hf_bert_state_dict(source, model) -> tuple[dict[str, Mapped], dict[str, str]
     skipped: dict[str, str] = {}
     for key, arr in sd.items():
         name = _rename(key)
-        name = name[len("bert."):] if name.startswith("bert.") else name
+        name = name[len("bert.") :] if name.startswith("bert.") else name
         entry = Mapped(key, arr, tuple(arr.shape))
         if name.endswith("position_ids"):
             skipped[key] = "HF's position-ids buffer"
@@ -65,16 +65,24 @@ def hf_bert_state_dict(source, model) -> tuple[dict[str, Mapped], dict[str, str]
             mapped["cls.predictions.bias"] = Mapped(dec_bias, sd[dec_bias], tuple(sd[dec_bias].shape))
             skipped.pop(dec_bias, None)
         elif not np.array_equal(mapped["cls.predictions.bias"].array, sd[dec_bias]):
-            raise ConversionError(f"HF BERT: '{dec_bias}' and '{mapped['cls.predictions.bias'].source}' differ; "
-                                  "the zoo's MLM head has one output bias")
+            raise ConversionError(
+                f"HF BERT: '{dec_bias}' and '{mapped['cls.predictions.bias'].source}' differ; "
+                "the zoo's MLM head has one output bias"
+            )
     return mapped, skipped
 
 
 def load_hf_bert(model, source, strict: bool = True) -> LoadResult:
     """Load an HF BERT state dict (safetensors path or mapping) into a zoo BERT ``model`` in place."""
     mapped, skipped = hf_bert_state_dict(source, model)
-    return load_mapped(model, mapped, what="HF BERT", skipped=skipped, strict=strict,
-                       allow_missing=("*num_batches_tracked", "classifier.*"))
+    return load_mapped(
+        model,
+        mapped,
+        what="HF BERT",
+        skipped=skipped,
+        strict=strict,
+        allow_missing=("*num_batches_tracked", "classifier.*"),
+    )
 
 
 def bert_config_from_state_dict(source, **overrides):
@@ -92,9 +100,15 @@ def bert_config_from_state_dict(source, **overrides):
         raise ConversionError(f"not an HF BERT state dict: no {e.args[0]!r}") from None
     layers = {int(m.group(1)) for k in sd if (m := re.match(r"encoder\.layer\.(\d+)\.", k))}
     hidden = int(words.shape[1])
-    cfg = BertConfig(vocab_size=int(words.shape[0]), hidden_size=hidden, num_hidden_layers=len(layers),
-                     num_attention_heads=max(1, hidden // 64), intermediate_size=int(inter.shape[0]),
-                     max_position_embeddings=int(pos.shape[0]), type_vocab_size=int(types.shape[0]))
+    cfg = BertConfig(
+        vocab_size=int(words.shape[0]),
+        hidden_size=hidden,
+        num_hidden_layers=len(layers),
+        num_attention_heads=max(1, hidden // 64),
+        intermediate_size=int(inter.shape[0]),
+        max_position_embeddings=int(pos.shape[0]),
+        type_vocab_size=int(types.shape[0]),
+    )
     if "classifier.weight" in sd:
         cfg.num_labels = int(sd["classifier.weight"].shape[0])
     return dataclasses.replace(cfg, **overrides)

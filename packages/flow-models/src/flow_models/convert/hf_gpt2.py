@@ -31,15 +31,16 @@ def hf_gpt2_state_dict(source) -> tuple[dict[str, Mapped], dict[str, str]]:
         if _BUFFERS.search(key):
             skipped[key] = "HF's causal-mask buffer"
             continue
-        name = key[len("transformer."):] if key.startswith("transformer.") else key
+        name = key[len("transformer.") :] if key.startswith("transformer.") else key
         if name == "lm_head.weight":
             mapped["lm_head.weight"] = Mapped(key, arr, tuple(arr.shape))
             continue
         if name.endswith(CONV1D):
             if arr.ndim != 2:
                 raise ConversionError(f"HF GPT-2: Conv1D weight '{key}' should be 2-D, has shape {tuple(arr.shape)}")
-            mapped["transformer." + name] = Mapped(key, np.ascontiguousarray(arr.T), tuple(arr.shape),
-                                                   "HF Conv1D (in, out), transposed")
+            mapped["transformer." + name] = Mapped(
+                key, np.ascontiguousarray(arr.T), tuple(arr.shape), "HF Conv1D (in, out), transposed"
+            )
         else:
             mapped["transformer." + name] = Mapped(key, arr, tuple(arr.shape))
     return mapped, skipped
@@ -67,9 +68,14 @@ def gpt2_config_from_state_dict(source, **overrides):
         raise ConversionError(f"not an HF GPT-2 state dict: no {e.args[0].split('.', 1)[1]!r}") from None
     layers = {int(m.group(1)) for k in mapped if (m := re.match(r"transformer\.h\.(\d+)\.", k))}
     n_embd = int(wte.shape[1])
-    cfg = GPTConfig(vocab_size=int(wte.shape[0]), block_size=int(wpe.shape[0]), n_layer=len(layers),
-                    n_head=max(1, n_embd // 64), n_embd=n_embd,
-                    bias="transformer.h.0.attn.c_attn.bias" in mapped or not layers)
+    cfg = GPTConfig(
+        vocab_size=int(wte.shape[0]),
+        block_size=int(wpe.shape[0]),
+        n_layer=len(layers),
+        n_head=max(1, n_embd // 64),
+        n_embd=n_embd,
+        bias="transformer.h.0.attn.c_attn.bias" in mapped or not layers,
+    )
     return dataclasses.replace(cfg, **overrides)
 
 

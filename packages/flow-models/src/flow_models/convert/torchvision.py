@@ -14,8 +14,12 @@ import re
 
 from flow_models.convert.common import ConversionError, LoadResult, Mapped, load_mapped, read_state_dict
 
-__all__ = ["torchvision_resnet_state_dict", "load_torchvision_resnet", "resnet_config_from_state_dict",
-           "resnet_from_torchvision"]
+__all__ = [
+    "torchvision_resnet_state_dict",
+    "load_torchvision_resnet",
+    "resnet_config_from_state_dict",
+    "resnet_from_torchvision",
+]
 
 _PREFIXES = ("module.", "model.")  # DataParallel / Lightning wrappers
 
@@ -23,7 +27,7 @@ _PREFIXES = ("module.", "model.")  # DataParallel / Lightning wrappers
 def _strip(key: str) -> str:
     for p in _PREFIXES:
         if key.startswith(p):
-            return key[len(p):]
+            return key[len(p) :]
     return key
 
 
@@ -58,8 +62,12 @@ def resnet_config_from_state_dict(source):
     conv1 = sd["conv1.weight"]
     return ResNetConfig(
         block="bottleneck" if "layer1.0.conv3.weight" in sd else "basic",
-        layers=tuple(blocks), num_classes=int(sd["fc.weight"].shape[0]), in_channels=int(conv1.shape[1]),
-        stem="imagenet" if conv1.shape[-1] == 7 else "cifar", width=int(conv1.shape[0]))
+        layers=tuple(blocks),
+        num_classes=int(sd["fc.weight"].shape[0]),
+        in_channels=int(conv1.shape[1]),
+        stem="imagenet" if conv1.shape[-1] == 7 else "cifar",
+        width=int(conv1.shape[0]),
+    )
 
 
 def resnet_from_torchvision(source, **overrides):

@@ -18,8 +18,17 @@ import numpy as np
 from flow.utils.data import Dataset
 from flow_models.data.base import ArrayDataset, DataError, DatasetSplits, stable_fraction
 
-__all__ = ["read_wav", "write_wav", "fit_length", "WavFolder", "load_speech_commands", "load_synthetic_speech",
-           "load_synthetic_speech_ctc", "log_spectrogram", "KEYWORDS"]
+__all__ = [
+    "read_wav",
+    "write_wav",
+    "fit_length",
+    "WavFolder",
+    "load_speech_commands",
+    "load_synthetic_speech",
+    "load_synthetic_speech_ctc",
+    "log_spectrogram",
+    "KEYWORDS",
+]
 
 KEYWORDS = ("yes", "no", "up", "down", "left", "right")
 
@@ -100,8 +109,14 @@ def _read_list(path: Path) -> set[str]:
     return {line.strip().replace("\\", "/") for line in path.read_text().splitlines() if line.strip()}
 
 
-def load_speech_commands(root: str | os.PathLike, *, sample_rate: int = 16_000, length: int | None = None,
-                         classes: list[str] | str | None = None, test_fraction: float = 0.1) -> DatasetSplits:
+def load_speech_commands(
+    root: str | os.PathLike,
+    *,
+    sample_rate: int = 16_000,
+    length: int | None = None,
+    classes: list[str] | str | None = None,
+    test_fraction: float = 0.1,
+) -> DatasetSplits:
     """WAV files in ``root/<label>/*.wav``, as Google's Speech Commands lays them out.
 
     ``testing_list.txt`` (paths relative to ``root``) names the test split when present; otherwise a
@@ -132,10 +147,14 @@ def load_speech_commands(root: str | os.PathLike, *, sample_rate: int = 16_000, 
     if not train or not test:
         raise DataError(root, f"need .wav files in both splits, found {len(train)} train and {len(test)} test")
     length = length or sample_rate
-    return DatasetSplits(root.name or "speech", "classification", WavFolder(train, labels, sample_rate, length),
-                         WavFolder(test, labels, sample_rate, length),
-                         model_args={"num_classes": len(labels), "in_channels": 1, "sample_rate": sample_rate},
-                         info={"classes": labels, "sample_rate": sample_rate, "length": length})
+    return DatasetSplits(
+        root.name or "speech",
+        "classification",
+        WavFolder(train, labels, sample_rate, length),
+        WavFolder(test, labels, sample_rate, length),
+        model_args={"num_classes": len(labels), "in_channels": 1, "sample_rate": sample_rate},
+        info={"classes": labels, "sample_rate": sample_rate, "length": length},
+    )
 
 
 def _tone(rng, n: int, rate: int, freq: float) -> np.ndarray:
@@ -162,9 +181,16 @@ def _keyword_signatures(n_classes: int, seed: int) -> list[tuple[float, float]]:
     return [(float(grid[i]), float(grid[j])) for i, j in chosen]
 
 
-def load_synthetic_speech(*, classes: int = len(KEYWORDS), per_class: int = 250, sample_rate: int = 8000,
-                          duration: float = 0.5, noise: float = 0.3, test_fraction: float = 0.2,
-                          seed: int = 0) -> DatasetSplits:
+def load_synthetic_speech(
+    *,
+    classes: int = len(KEYWORDS),
+    per_class: int = 250,
+    sample_rate: int = 8000,
+    duration: float = 0.5,
+    noise: float = 0.3,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+) -> DatasetSplits:
     """Waveforms of a few keyword classes, each a planted two-tone signature, for keyword spotting.
 
     Every utterance has its class's two tones in order at a random onset, with +-4% pitch, +-20%
@@ -184,22 +210,26 @@ def load_synthetic_speech(*, classes: int = len(KEYWORDS), per_class: int = 250,
         pitch = rng.uniform(0.96, 1.04)
         seg = int(length * 0.3 * rng.uniform(0.8, 1.2))
         start = rng.integers(0, max(1, length - 2 * seg))
-        x[i, start:start + seg] += _tone(rng, seg, sample_rate, f1 * pitch)
-        x[i, start + seg:start + 2 * seg] += _tone(rng, seg, sample_rate, f2 * pitch)
+        x[i, start : start + seg] += _tone(rng, seg, sample_rate, f1 * pitch)
+        x[i, start + seg : start + 2 * seg] += _tone(rng, seg, sample_rate, f2 * pitch)
         x[i] *= rng.uniform(0.3, 1.0)
         d = int(length * 0.15)
         ds = rng.integers(0, length - d)
-        x[i, ds:ds + d] += 0.3 * _tone(rng, d, sample_rate, rng.uniform(200, 3500))
+        x[i, ds : ds + d] += 0.3 * _tone(rng, d, sample_rate, rng.uniform(200, 3500))
     x += rng.normal(0, noise * 0.5, x.shape).astype(np.float32)
     perm = rng.permutation(n)
     n_test = int(round(n * test_fraction))
     te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     x, y = x[:, None], y.astype(np.int64)
     names = list(KEYWORDS[:classes]) + [f"kw{k}" for k in range(len(KEYWORDS), classes)]
-    return DatasetSplits("synthetic-speech", "classification", ArrayDataset(x[tr], y[tr]), ArrayDataset(x[te], y[te]),
-                         model_args={"num_classes": classes, "in_channels": 1, "sample_rate": sample_rate},
-                         info={"classes": names, "sample_rate": sample_rate, "length": length,
-                               "signatures_hz": [list(s) for s in sigs]})
+    return DatasetSplits(
+        "synthetic-speech",
+        "classification",
+        ArrayDataset(x[tr], y[tr]),
+        ArrayDataset(x[te], y[te]),
+        model_args={"num_classes": classes, "in_channels": 1, "sample_rate": sample_rate},
+        info={"classes": names, "sample_rate": sample_rate, "length": length, "signatures_hz": [list(s) for s in sigs]},
+    )
 
 
 def log_spectrogram(x: np.ndarray, n_fft: int = 256, hop: int = 128) -> np.ndarray:
@@ -212,10 +242,20 @@ def log_spectrogram(x: np.ndarray, n_fft: int = 256, hop: int = 128) -> np.ndarr
     return np.log1p(spec).astype(np.float32)
 
 
-def load_synthetic_speech_ctc(*, phones: int = 8, utterances: int = 1200, min_len: int = 2, max_len: int = 5,
-                              sample_rate: int = 8000, n_fft: int = 256, hop: int = 128, noise: float = 0.2,
-                              features: str = "spectrogram", test_fraction: float = 0.2,
-                              seed: int = 0) -> DatasetSplits:
+def load_synthetic_speech_ctc(
+    *,
+    phones: int = 8,
+    utterances: int = 1200,
+    min_len: int = 2,
+    max_len: int = 5,
+    sample_rate: int = 8000,
+    n_fft: int = 256,
+    hop: int = 128,
+    noise: float = 0.2,
+    features: str = "spectrogram",
+    test_fraction: float = 0.2,
+    seed: int = 0,
+) -> DatasetSplits:
     """Utterances of ``min_len``..``max_len`` tone "phones" labelled with their phone sequence, for CTC.
 
     A sample is ``(features, feature_length, targets, target_length)``: log-spectrogram frames,
@@ -248,7 +288,7 @@ def load_synthetic_speech_ctc(*, phones: int = 8, utterances: int = 1200, min_le
         feats = np.zeros((utterances, 1, max_samples), np.float32)
         feat_len = np.zeros(utterances, np.int64)
         for i, w in enumerate(waves):
-            feats[i, 0, :len(w)] = w
+            feats[i, 0, : len(w)] = w
             feat_len[i] = len(w)
     else:
         specs = [log_spectrogram(w, n_fft, hop) for w in waves]
@@ -256,13 +296,22 @@ def load_synthetic_speech_ctc(*, phones: int = 8, utterances: int = 1200, min_le
         feats = np.zeros((utterances, n_fft // 2 + 1, t_max), np.float32)
         feat_len = np.asarray([len(s) for s in specs], np.int64)
         for i, s in enumerate(specs):
-            feats[i, :, :len(s)] = s.T
+            feats[i, :, : len(s)] = s.T
     perm = rng.permutation(utterances)
     n_test = int(round(utterances * test_fraction))
     te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     data = ArrayDataset(feats, feat_len, targets, target_len)
-    return DatasetSplits("synthetic-speech-ctc", "ctc", data.subset(tr), data.subset(te),
-                         model_args={"vocab_size": phones + 1, "n_features": int(feats.shape[1])},
-                         info={"classes": ["<blank>"] + [f"p{k}" for k in range(phones)], "blank": 0,
-                               "sample_rate": sample_rate, "features": features,
-                               "phone_hz": [float(f) for f in freqs]})
+    return DatasetSplits(
+        "synthetic-speech-ctc",
+        "ctc",
+        data.subset(tr),
+        data.subset(te),
+        model_args={"vocab_size": phones + 1, "n_features": int(feats.shape[1])},
+        info={
+            "classes": ["<blank>"] + [f"p{k}" for k in range(phones)],
+            "blank": 0,
+            "sample_rate": sample_rate,
+            "features": features,
+            "phone_hz": [float(f) for f in freqs],
+        },
+    )

@@ -16,8 +16,15 @@ import numpy as np
 
 from flow_models.data.base import ArrayDataset, DataError, DatasetSplits, as_int_list, split_indices
 
-__all__ = ["NUM_DENSE", "NUM_SPARSE", "read_criteo_tsv", "load_criteo", "load_synthetic_recsys", "recsys_splits",
-           "synthetic_table_sizes"]
+__all__ = [
+    "NUM_DENSE",
+    "NUM_SPARSE",
+    "read_criteo_tsv",
+    "load_criteo",
+    "load_synthetic_recsys",
+    "recsys_splits",
+    "synthetic_table_sizes",
+]
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -29,8 +36,9 @@ def _open_text(path: str | os.PathLike):
     return gzip.open(path, "rt", encoding="utf-8", newline="") if gz else open(path, encoding="utf-8", newline="")
 
 
-def read_criteo_tsv(path: str | os.PathLike, table_sizes: int | list[int] = 10_000, *, limit: int | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_criteo_tsv(
+    path: str | os.PathLike, table_sizes: int | list[int] = 10_000, *, limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read a Criteo-format TSV file (raw or gzipped) -> (dense float32 Nx13, sparse int64 Nx26, label float32 N).
 
     ``table_sizes`` (one int for all columns, or 26) bounds each column's hashed ids; a malformed
@@ -50,18 +58,21 @@ def read_criteo_tsv(path: str | os.PathLike, table_sizes: int | list[int] = 10_0
                     continue
                 cols = line.split("\t")
                 if len(cols) != 1 + NUM_DENSE + NUM_SPARSE:
-                    raise DataError(path, f"line {lineno}: expected {1 + NUM_DENSE + NUM_SPARSE} tab-separated "
-                                          f"columns (label, {NUM_DENSE} dense, {NUM_SPARSE} categorical), "
-                                          f"got {len(cols)}")
+                    raise DataError(
+                        path,
+                        f"line {lineno}: expected {1 + NUM_DENSE + NUM_SPARSE} tab-separated "
+                        f"columns (label, {NUM_DENSE} dense, {NUM_SPARSE} categorical), "
+                        f"got {len(cols)}",
+                    )
                 if cols[0] not in ("0", "1"):
                     raise DataError(path, f"line {lineno}: label must be 0 or 1, got {cols[0]!r}")
                 labels.append(cols[0] == "1")
                 try:
-                    dense.append([float(v) if v else 0.0 for v in cols[1:1 + NUM_DENSE]])
+                    dense.append([float(v) if v else 0.0 for v in cols[1 : 1 + NUM_DENSE]])
                 except ValueError:
                     raise DataError(path, f"line {lineno}: a dense column is not a number") from None
                 row = []
-                for j, v in enumerate(cols[1 + NUM_DENSE:]):
+                for j, v in enumerate(cols[1 + NUM_DENSE :]):
                     row.append(zlib.crc32(v.encode(), zlib.crc32(salts[j])) % (sizes[j] - 1) + 1 if v else 0)
                 sparse.append(row)
                 if limit and len(labels) >= limit:
@@ -75,21 +86,43 @@ def read_criteo_tsv(path: str | os.PathLike, table_sizes: int | list[int] = 10_0
     if not labels:
         raise DataError(path, "no data lines")
     d = np.asarray(dense, np.float64)
-    return (np.log1p(np.maximum(d, 0.0)).astype(np.float32), np.asarray(sparse, np.int64),
-            np.asarray(labels, np.float32))
+    return (
+        np.log1p(np.maximum(d, 0.0)).astype(np.float32),
+        np.asarray(sparse, np.int64),
+        np.asarray(labels, np.float32),
+    )
 
 
-def recsys_splits(name: str, dense: np.ndarray, sparse: np.ndarray, label: np.ndarray, sizes: list[int],
-                  test_fraction: float, seed: int, info: dict | None = None) -> DatasetSplits:
+def recsys_splits(
+    name: str,
+    dense: np.ndarray,
+    sparse: np.ndarray,
+    label: np.ndarray,
+    sizes: list[int],
+    test_fraction: float,
+    seed: int,
+    info: dict | None = None,
+) -> DatasetSplits:
     tr, te = split_indices(len(label), test_fraction, seed)
     data = ArrayDataset(dense, sparse, label)
-    return DatasetSplits(name, "recsys", data.subset(tr), data.subset(te),
-                         model_args={"num_dense": dense.shape[1], "table_sizes": list(sizes)},
-                         info={"positive_rate": float(label.mean()), **(info or {})})
+    return DatasetSplits(
+        name,
+        "recsys",
+        data.subset(tr),
+        data.subset(te),
+        model_args={"num_dense": dense.shape[1], "table_sizes": list(sizes)},
+        info={"positive_rate": float(label.mean()), **(info or {})},
+    )
 
 
-def load_criteo(path: str | os.PathLike, *, table_sizes: int | list[int] | str = 10_000, test_fraction: float = 0.1,
-                seed: int = 0, limit: int | None = None) -> DatasetSplits:
+def load_criteo(
+    path: str | os.PathLike,
+    *,
+    table_sizes: int | list[int] | str = 10_000,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+    limit: int | None = None,
+) -> DatasetSplits:
     """A Criteo-format TSV file, hashed into ``table_sizes``, with a deterministic train/test split."""
     dense, sparse, label = read_criteo_tsv(path, table_sizes, limit=limit)
     sizes = as_int_list(table_sizes, NUM_SPARSE, "table_sizes")
@@ -101,8 +134,9 @@ def synthetic_table_sizes(table_size: int) -> list[int]:
     return [max(2, int(table_size) // (1 + j % 3)) for j in range(NUM_SPARSE)]
 
 
-def load_synthetic_recsys(*, samples: int = 24_000, table_size: int = 100, test_fraction: float = 1 / 6,
-                          seed: int = 0) -> DatasetSplits:
+def load_synthetic_recsys(
+    *, samples: int = 24_000, table_size: int = 100, test_fraction: float = 1 / 6, seed: int = 0
+) -> DatasetSplits:
     """Criteo-shaped synthetic clicks (13 dense, 26 categorical) with a planted, learnable signal.
 
     The click probability is ``sigmoid(logit)`` where the logit adds a linear term in five dense

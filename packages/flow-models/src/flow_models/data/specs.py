@@ -11,8 +11,18 @@ from flow_models.data.base import as_int_list
 from flow_models.data.recsys import NUM_DENSE, NUM_SPARSE, synthetic_table_sizes
 from flow_models.dataspec import DataSpec
 
-__all__ = ["digits", "mnist", "cifar10", "image_folder", "text", "synthetic_recsys", "criteo", "synthetic_speech",
-           "speech_commands", "synthetic_speech_ctc"]
+__all__ = [
+    "digits",
+    "mnist",
+    "cifar10",
+    "image_folder",
+    "text",
+    "synthetic_recsys",
+    "criteo",
+    "synthetic_speech",
+    "speech_commands",
+    "synthetic_speech_ctc",
+]
 
 _GREY_MODES = ("L", "1", "I", "F")  # PIL modes with one channel
 
@@ -42,13 +52,18 @@ def text(*, block_size: int = 128, **_) -> DataSpec:
 
 
 def synthetic_recsys(*, table_size: int = 100, **_) -> DataSpec:
-    return DataSpec("recsys", "tabular", (NUM_DENSE, NUM_SPARSE),
-                    model_args={"table_sizes": synthetic_table_sizes(table_size)})
+    return DataSpec(
+        "recsys", "tabular", (NUM_DENSE, NUM_SPARSE), model_args={"table_sizes": synthetic_table_sizes(table_size)}
+    )
 
 
 def criteo(*, table_sizes: int | list[int] = 10_000, **_) -> DataSpec:
-    return DataSpec("recsys", "tabular", (NUM_DENSE, NUM_SPARSE),
-                    model_args={"table_sizes": as_int_list(table_sizes, NUM_SPARSE, "table_sizes")})
+    return DataSpec(
+        "recsys",
+        "tabular",
+        (NUM_DENSE, NUM_SPARSE),
+        model_args={"table_sizes": as_int_list(table_sizes, NUM_SPARSE, "table_sizes")},
+    )
 
 
 def synthetic_speech(*, sample_rate: int = 8000, duration: float = 0.5, **_) -> DataSpec:

@@ -13,8 +13,18 @@ import numpy as np
 from flow.utils.data import Dataset
 from flow_models.data.base import DataError, DatasetSplits
 
-__all__ = ["CharTokenizer", "ByteTokenizer", "tokenizer_from_info", "TextWindows", "read_text", "load_text_corpus",
-           "load_cpython_docs", "cpython_docs_text", "text_splits", "token_splits"]
+__all__ = [
+    "CharTokenizer",
+    "ByteTokenizer",
+    "tokenizer_from_info",
+    "TextWindows",
+    "read_text",
+    "load_text_corpus",
+    "load_cpython_docs",
+    "cpython_docs_text",
+    "text_splits",
+    "token_splits",
+]
 
 
 class CharTokenizer:
@@ -90,8 +100,9 @@ class TextWindows(Dataset):
         self.block_size = block_size
         self.stride = stride or block_size
         if len(self.ids) < block_size + 1:
-            raise ValueError(f"TextWindows: {len(self.ids)} tokens are too few for one window of {block_size} "
-                             "tokens and its target")
+            raise ValueError(
+                f"TextWindows: {len(self.ids)} tokens are too few for one window of {block_size} tokens and its target"
+            )
 
     def __len__(self) -> int:
         return (len(self.ids) - self.block_size - 1) // self.stride + 1
@@ -100,7 +111,7 @@ class TextWindows(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(f"window {i} out of range for {len(self)} windows")
         s = i * self.stride
-        chunk = self.ids[s:s + self.block_size + 1]
+        chunk = self.ids[s : s + self.block_size + 1]
         return chunk[:-1], chunk[1:]
 
 
@@ -112,8 +123,9 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
     except FileNotFoundError:
         raise DataError(path, "file not found") from None
     except UnicodeDecodeError as e:
-        raise DataError(path, f"not {encoding} text: byte {e.start}: {e.reason} "
-                              "(tokenizer='byte' reads any file)") from None
+        raise DataError(
+            path, f"not {encoding} text: byte {e.start}: {e.reason} (tokenizer='byte' reads any file)"
+        ) from None
     except OSError as e:
         raise DataError(path, f"cannot read: {e.strerror or e}") from None
 
@@ -126,8 +138,9 @@ def _make_tokenizer(text: str, tokenizer: str):
     raise ValueError(f"tokenizer must be 'char' or 'byte', got {tokenizer!r}")
 
 
-def token_splits(name: str, ids: np.ndarray, tok, *, block_size: int = 128, test_fraction: float = 0.1,
-                 stride: int | None = None) -> DatasetSplits:
+def token_splits(
+    name: str, ids: np.ndarray, tok, *, block_size: int = 128, test_fraction: float = 0.1, stride: int | None = None
+) -> DatasetSplits:
     """The first ``1 - test_fraction`` of the tokens is the train split, the rest the test split."""
     cut = int(len(ids) * (1 - test_fraction))
     try:
@@ -135,9 +148,14 @@ def token_splits(name: str, ids: np.ndarray, tok, *, block_size: int = 128, test
         test = TextWindows(ids[cut:], block_size, block_size)
     except ValueError as e:
         raise ValueError(f"dataset '{name}': {e}; use a smaller block_size") from None
-    return DatasetSplits(name, "lm", train, test,
-                         model_args={"vocab_size": tok.vocab_size, "block_size": block_size},
-                         info={"tokenizer": tok.to_info(), "tokens": int(len(ids))})
+    return DatasetSplits(
+        name,
+        "lm",
+        train,
+        test,
+        model_args={"vocab_size": tok.vocab_size, "block_size": block_size},
+        info={"tokenizer": tok.to_info(), "tokens": int(len(ids))},
+    )
 
 
 def text_splits(name: str, text: str, *, tokenizer: str = "char", **kw) -> DatasetSplits:
@@ -148,8 +166,14 @@ def text_splits(name: str, text: str, *, tokenizer: str = "char", **kw) -> Datas
     return token_splits(name, tok.encode(text), tok, **kw)
 
 
-def load_text_corpus(path: str | os.PathLike, *, block_size: int = 128, tokenizer: str = "char",
-                     encoding: str = "utf-8", test_fraction: float = 0.1) -> DatasetSplits:
+def load_text_corpus(
+    path: str | os.PathLike,
+    *,
+    block_size: int = 128,
+    tokenizer: str = "char",
+    encoding: str = "utf-8",
+    test_fraction: float = 0.1,
+) -> DatasetSplits:
     """A text file for language modelling, tokenised by characters (``tokenizer="char"``) or raw bytes.
 
     With ``tokenizer="byte"`` the file is not decoded at all (any file is a corpus of bytes).
@@ -180,11 +204,11 @@ def cpython_docs_text() -> str:
     return "\n\n".join(topics[k].strip() for k in sorted(topics))
 
 
-def load_cpython_docs(*, block_size: int = 128, tokenizer: str = "char", test_fraction: float = 0.1,
-                      max_chars: int | None = None) -> DatasetSplits:
+def load_cpython_docs(
+    *, block_size: int = 128, tokenizer: str = "char", test_fraction: float = 0.1, max_chars: int | None = None
+) -> DatasetSplits:
     """The English text of CPython's ``pydoc_data.topics`` for a character-level language model."""
     text = cpython_docs_text()
     if max_chars:
         text = text[:max_chars]
-    return text_splits("cpython-docs", text, block_size=block_size, tokenizer=tokenizer,
-                       test_fraction=test_fraction)
+    return text_splits("cpython-docs", text, block_size=block_size, tokenizer=tokenizer, test_fraction=test_fraction)

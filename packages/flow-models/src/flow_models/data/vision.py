@@ -16,8 +16,16 @@ import numpy as np
 from flow.utils.data import Dataset
 from flow_models.data.base import ArrayDataset, DataError, DatasetSplits, data_root, split_indices
 
-__all__ = ["read_idx", "load_mnist", "read_cifar10_batch", "load_cifar10", "ImageFolder", "load_image_folder",
-           "load_digits", "IMAGE_EXTENSIONS"]
+__all__ = [
+    "read_idx",
+    "load_mnist",
+    "read_cifar10_batch",
+    "load_cifar10",
+    "ImageFolder",
+    "load_image_folder",
+    "load_digits",
+    "IMAGE_EXTENSIONS",
+]
 
 # IDX type codes -> big-endian NumPy dtypes (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT")
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -56,8 +64,11 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     dtype = np.dtype(_IDX_DTYPES[code])
     expected = header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(raw) != expected:
-        raise DataError(path, f"truncated or oversized IDX file: shape {shape} of {dtype.name} needs "
-                              f"{expected} bytes, the file has {len(raw)}")
+        raise DataError(
+            path,
+            f"truncated or oversized IDX file: shape {shape} of {dtype.name} needs "
+            f"{expected} bytes, the file has {len(raw)}",
+        )
     return np.frombuffer(raw, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -69,12 +80,15 @@ def _find(root: Path, stem: str) -> Path:
     for name in names:
         if (root / name).is_file():
             return root / name
-    raise DataError(root / (stem + ".gz"), f"file not found (looked for {' or '.join(names)} in {root}; "
-                                           "flow-models never downloads data)")
+    raise DataError(
+        root / (stem + ".gz"),
+        f"file not found (looked for {' or '.join(names)} in {root}; flow-models never downloads data)",
+    )
 
 
-def load_mnist(root: str | os.PathLike | None = None, *, name: str = "mnist", normalize: bool = True,
-               limit: int | None = None) -> DatasetSplits:
+def load_mnist(
+    root: str | os.PathLike | None = None, *, name: str = "mnist", normalize: bool = True, limit: int | None = None
+) -> DatasetSplits:
     """MNIST or Fashion-MNIST from the four IDX files in ``root`` (gzipped or not): 1x28x28 images in [0, 1]."""
     root = data_root(root, name)
     parts = {}
@@ -92,13 +106,28 @@ def load_mnist(root: str | os.PathLike | None = None, *, name: str = "mnist", no
         parts[split] = ArrayDataset(x, y)
     size = parts["train"].arrays[0].shape[-1]
     classes = _FASHION_CLASSES if "fashion" in name else [str(i) for i in range(10)]
-    return DatasetSplits(name, "classification", parts["train"], parts["test"],
-                         model_args={"num_classes": 10, "in_channels": 1, "image_size": size},
-                         info={"classes": classes, "root": str(root)})
+    return DatasetSplits(
+        name,
+        "classification",
+        parts["train"],
+        parts["test"],
+        model_args={"num_classes": 10, "in_channels": 1, "image_size": size},
+        info={"classes": classes, "root": str(root)},
+    )
 
 
-_FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
-                    "Ankle boot"]
+_FASHION_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 _CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 _CIFAR_RECORD = 1 + 3 * 32 * 32
 _CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)[:, None, None]
@@ -109,8 +138,9 @@ def read_cifar10_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]
     """One CIFAR-10 binary batch: records of 1 label byte and 3x32x32 pixel bytes -> (uint8 NCHW, int64 labels)."""
     raw = _read_bytes(path)
     if not raw or len(raw) % _CIFAR_RECORD:
-        raise DataError(path, f"not a CIFAR-10 binary batch: {len(raw)} bytes is not a multiple of the "
-                              f"{_CIFAR_RECORD}-byte record")
+        raise DataError(
+            path, f"not a CIFAR-10 binary batch: {len(raw)} bytes is not a multiple of the {_CIFAR_RECORD}-byte record"
+        )
     rec = np.frombuffer(raw, np.uint8).reshape(-1, _CIFAR_RECORD)
     labels = rec[:, 0].astype(np.int64)
     if labels.max() > 9:
@@ -118,16 +148,19 @@ def read_cifar10_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]
     return rec[:, 1:].reshape(-1, 3, 32, 32), labels
 
 
-def load_cifar10(root: str | os.PathLike | None = None, *, normalize: bool = True,
-                 limit: int | None = None) -> DatasetSplits:
+def load_cifar10(
+    root: str | os.PathLike | None = None, *, normalize: bool = True, limit: int | None = None
+) -> DatasetSplits:
     """CIFAR-10 from its binary version (``data_batch_1.bin`` ... ``data_batch_5.bin``, ``test_batch.bin``)."""
     root = data_root(root, "cifar-10-batches-bin")
     if not (root / "test_batch.bin").is_file() and (root / "cifar-10-batches-bin").is_dir():
         root = root / "cifar-10-batches-bin"
     train_files = sorted(root.glob("data_batch_*.bin"))
     if not train_files:
-        raise DataError(root / "data_batch_1.bin", "file not found (no data_batch_*.bin in the folder; "
-                                                   "flow-models never downloads data)")
+        raise DataError(
+            root / "data_batch_1.bin",
+            "file not found (no data_batch_*.bin in the folder; flow-models never downloads data)",
+        )
     parts = {}
     for split, files in (("train", train_files), ("test", [root / "test_batch.bin"])):
         xs, ys = zip(*(read_cifar10_batch(f) for f in files))
@@ -142,9 +175,14 @@ def load_cifar10(root: str | os.PathLike | None = None, *, normalize: bool = Tru
     if meta.is_file():
         names = [s.strip() for s in meta.read_text(errors="replace").splitlines() if s.strip()]
         classes = names[:10] if len(names) >= 10 else classes
-    return DatasetSplits("cifar10", "classification", parts["train"], parts["test"],
-                         model_args={"num_classes": 10, "in_channels": 3, "image_size": 32},
-                         info={"classes": classes, "root": str(root)})
+    return DatasetSplits(
+        "cifar10",
+        "classification",
+        parts["train"],
+        parts["test"],
+        model_args={"num_classes": 10, "in_channels": 3, "image_size": 32},
+        info={"classes": classes, "root": str(root)},
+    )
 
 
 class ImageFolder(Dataset):
@@ -154,8 +192,14 @@ class ImageFolder(Dataset):
     (an int or (H, W)) resizes every image, so that images of different sizes batch together.
     """
 
-    def __init__(self, root: str | os.PathLike, mode: str = "RGB", size: int | tuple[int, int] | None = None,
-                 classes: list[str] | None = None, samples: list[tuple[str, int]] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        mode: str = "RGB",
+        size: int | tuple[int, int] | None = None,
+        classes: list[str] | None = None,
+        samples: list[tuple[str, int]] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.mode = mode
         self.size = (size, size) if isinstance(size, int) else (tuple(size) if size else None)
@@ -193,15 +237,20 @@ def _scan_class_folders(root: Path, extensions: tuple[str, ...]) -> tuple[list[s
     if not root.is_dir():
         raise DataError(root, "folder not found (expected one sub-folder of files per class)")
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith((".", "_")))
-    samples = [(str(f), k) for k, c in enumerate(classes) for f in sorted((root / c).rglob("*"))
-               if f.is_file() and f.suffix.lower() in extensions]
+    samples = [
+        (str(f), k)
+        for k, c in enumerate(classes)
+        for f in sorted((root / c).rglob("*"))
+        if f.is_file() and f.suffix.lower() in extensions
+    ]
     if not samples:
         raise DataError(root, f"no files ending in {', '.join(extensions)} in class sub-folders")
     return classes, samples
 
 
-def load_image_folder(root: str | os.PathLike, *, mode: str = "RGB", size: int | None = None,
-                      test_fraction: float = 0.2, seed: int = 0) -> DatasetSplits:
+def load_image_folder(
+    root: str | os.PathLike, *, mode: str = "RGB", size: int | None = None, test_fraction: float = 0.2, seed: int = 0
+) -> DatasetSplits:
     """Images by class folder; ``root/train`` and ``root/test`` if both exist, else a deterministic split.
 
     Without ``size``, the first image's size is used for all (resizing the others to it).
@@ -227,9 +276,14 @@ def load_image_folder(root: str | os.PathLike, *, mode: str = "RGB", size: int |
     train = ImageFolder(root, mode, hw, classes, train_s)
     test = ImageFolder(root, mode, hw, classes, test_s)
     channels = 1 if mode in ("L", "1", "I", "F") else len(mode)
-    return DatasetSplits(root.name or "images", "classification", train, test,
-                         model_args={"num_classes": len(classes), "in_channels": channels, "image_size": hw[0]},
-                         info={"classes": classes, "root": str(root)})
+    return DatasetSplits(
+        root.name or "images",
+        "classification",
+        train,
+        test,
+        model_args={"num_classes": len(classes), "in_channels": channels, "image_size": hw[0]},
+        info={"classes": classes, "root": str(root)},
+    )
 
 
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -257,6 +311,11 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> DatasetSplits:
     images, y = _digits_arrays()
     x = (images / 16.0)[:, None].astype(np.float32)
     tr, te = split_indices(len(y), test_fraction, seed)
-    return DatasetSplits("digits", "classification", ArrayDataset(x[tr], y[tr]), ArrayDataset(x[te], y[te]),
-                         model_args={"num_classes": 10, "in_channels": 1, "image_size": 8},
-                         info={"classes": [str(i) for i in range(10)]})
+    return DatasetSplits(
+        "digits",
+        "classification",
+        ArrayDataset(x[tr], y[tr]),
+        ArrayDataset(x[te], y[te]),
+        model_args={"num_classes": 10, "in_channels": 1, "image_size": 8},
+        info={"classes": [str(i) for i in range(10)]},
+    )

@@ -3,5 +3,12 @@
 from flow_models.nlp.bert import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel, build_bert
 from flow_models.nlp.gpt import GPT, GPTConfig
 
-__all__ = ["BertConfig", "BertForMaskedLM", "BertForSequenceClassification", "BertModel", "build_bert", "GPT",
-           "GPTConfig"]
+__all__ = [
+    "BertConfig",
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "BertModel",
+    "build_bert",
+    "GPT",
+    "GPTConfig",
+]

@@ -53,8 +53,10 @@ class BertEmbeddings(nn.Module):
     def forward(self, input_ids, token_type_ids=None):
         T = input_ids.shape[1]
         if T > self.position_embeddings.num_embeddings:
-            raise ValueError(f"BERT: sequence of length {T} is longer than max_position_embeddings "
-                             f"{self.position_embeddings.num_embeddings}")
+            raise ValueError(
+                f"BERT: sequence of length {T} is longer than max_position_embeddings "
+                f"{self.position_embeddings.num_embeddings}"
+            )
         pos = flow.arange(T, dtype=flow.int64, device=input_ids.device)
         if token_type_ids is None:
             token_type_ids = flow.zeros_like(input_ids)
@@ -66,8 +68,10 @@ class BertSelfAttention(nn.Module):
     def __init__(self, cfg: BertConfig) -> None:
         super().__init__()
         if cfg.hidden_size % cfg.num_attention_heads:
-            raise ValueError(f"BertConfig.hidden_size {cfg.hidden_size} is not divisible by "
-                             f"num_attention_heads {cfg.num_attention_heads}")
+            raise ValueError(
+                f"BertConfig.hidden_size {cfg.hidden_size} is not divisible by "
+                f"num_attention_heads {cfg.num_attention_heads}"
+            )
         self.num_heads = cfg.num_attention_heads
         self.query = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
@@ -76,10 +80,11 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, x, mask=None):
         B, T, C = x.shape
-        q, k, v = (lin(x).reshape(B, T, self.num_heads, C // self.num_heads).transpose(1, 2)
-                   for lin in (self.query, self.key, self.value))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                           dropout_p=self.dropout_p if self.training else 0.0)
+        q, k, v = (
+            lin(x).reshape(B, T, self.num_heads, C // self.num_heads).transpose(1, 2)
+            for lin in (self.query, self.key, self.value)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
         return y.transpose(1, 2).reshape(B, T, C)
 
 

@@ -53,8 +53,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.reshape(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                           is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
 
 
@@ -95,13 +94,15 @@ class GPT(ZooModel):
     def __init__(self, config: GPTConfig | None = None) -> None:
         super().__init__()
         cfg = self.config = config or GPTConfig()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
-            drop=nn.Dropout(cfg.dropout),
-            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
-            ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+                wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+                drop=nn.Dropout(cfg.dropout),
+                h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+                ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
+            )
+        )
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         # GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)
         for name, m in self.named_modules():
@@ -129,8 +130,14 @@ class GPT(ZooModel):
         """Mean next-token cross-entropy over every position whose target is not ``-100``."""
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
-    def generate(self, idx: flow.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: flow.Generator | None = None) -> flow.Tensor:
+    def generate(
+        self,
+        idx: flow.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: flow.Generator | None = None,
+    ) -> flow.Tensor:
         """Append ``max_new_tokens`` sampled tokens to ``idx`` ``(B, T)`` and return ``(B, T + max_new_tokens)``.
 
         Logits are divided by ``temperature`` (``0`` picks the most likely token, greedily) and,
@@ -144,7 +151,7 @@ class GPT(ZooModel):
         try:
             with flow.no_grad():
                 for _ in range(max_new_tokens):
-                    ctx = idx if idx.shape[1] <= self.config.block_size else idx[:, -self.config.block_size:]
+                    ctx = idx if idx.shape[1] <= self.config.block_size else idx[:, -self.config.block_size :]
                     logits = self(ctx)[:, -1, :]
                     if temperature == 0:
                         nxt = logits.argmax(dim=-1, keepdim=True)

@@ -26,8 +26,10 @@ def lookup(tables: nn.ModuleList, sparse) -> list[flow.Tensor]:
     """
     if isinstance(sparse, flow.Tensor):
         if sparse.ndim not in (2, 3) or sparse.shape[1] != len(tables):
-            raise ValueError(f"sparse features must be (batch, {len(tables)}) or (batch, {len(tables)}, bag) ids, "
-                             f"got shape {tuple(sparse.shape)}")
+            raise ValueError(
+                f"sparse features must be (batch, {len(tables)}) or (batch, {len(tables)}, bag) ids, "
+                f"got shape {tuple(sparse.shape)}"
+            )
         cols = [sparse[:, t] for t in range(len(tables))]
     else:
         cols = list(sparse)

@@ -55,14 +55,15 @@ class DLRM(ZooModel):
         if cfg.interaction == "dot":
             # the lower triangle of the (F, F) dot-product matrix (with the diagonal if self_interaction)
             pairs = [(i, j) for i in range(f) for j in range(i + 1 if cfg.self_interaction else i)]
-            self.register_buffer("_pairs", flow.tensor([i * f + j for i, j in pairs], dtype=flow.int64),
-                                 persistent=False)
+            self.register_buffer(
+                "_pairs", flow.tensor([i * f + j for i, j in pairs], dtype=flow.int64), persistent=False
+            )
             top_in = d + len(pairs)
         else:
             top_in = d * f
         self.top_l = mlp((top_in, *cfg.top_mlp), last_activation=False)
         for table in self.emb_l:  # the reference's uniform(-1/sqrt(n), 1/sqrt(n)) tables
-            bound = table.num_embeddings ** -0.5
+            bound = table.num_embeddings**-0.5
             nn.init.uniform_(table.weight, -bound, bound)
 
     def interact(self, x: flow.Tensor, embs: list[flow.Tensor]) -> flow.Tensor:

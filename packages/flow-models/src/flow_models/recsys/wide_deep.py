@@ -42,8 +42,9 @@ class WideDeep(ZooModel):
         cfg = self.config = config or WideDeepConfig()
         self.wide_dense = nn.Linear(cfg.num_dense, 1)
         self.wide_sparse = nn.ModuleList([nn.EmbeddingBag(n, 1, mode="sum") for n in cfg.table_sizes])
-        self.embeddings = nn.ModuleList([nn.EmbeddingBag(n, cfg.embedding_dim, mode=cfg.pooling)
-                                         for n in cfg.table_sizes])
+        self.embeddings = nn.ModuleList(
+            [nn.EmbeddingBag(n, cfg.embedding_dim, mode=cfg.pooling) for n in cfg.table_sizes]
+        )
         d_in = cfg.num_dense + cfg.embedding_dim * len(cfg.table_sizes)
         layers: list[nn.Module] = []
         for a, b in zip((d_in, *cfg.hidden[:-1]), cfg.hidden):

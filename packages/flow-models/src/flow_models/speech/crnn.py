@@ -47,12 +47,22 @@ class CRNNCTC(ZooModel):
         layers: list[nn.Module] = []
         cin = cfg.n_features
         for c in cfg.conv_channels:
-            layers += [nn.Conv1d(cin, c, cfg.kernel_size, stride=2, padding=cfg.kernel_size // 2),
-                       nn.BatchNorm1d(c), nn.ReLU(), nn.Dropout(cfg.dropout)]
+            layers += [
+                nn.Conv1d(cin, c, cfg.kernel_size, stride=2, padding=cfg.kernel_size // 2),
+                nn.BatchNorm1d(c),
+                nn.ReLU(),
+                nn.Dropout(cfg.dropout),
+            ]
             cin = c
         self.frontend = nn.Sequential(*layers)
-        self.rnn = nn.GRU(cin, cfg.rnn_hidden, num_layers=cfg.rnn_layers, batch_first=True, bidirectional=True,
-                          dropout=cfg.dropout if cfg.rnn_layers > 1 else 0.0)
+        self.rnn = nn.GRU(
+            cin,
+            cfg.rnn_hidden,
+            num_layers=cfg.rnn_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=cfg.dropout if cfg.rnn_layers > 1 else 0.0,
+        )
         self.classifier = nn.Linear(2 * cfg.rnn_hidden, cfg.vocab_size)
         self.ctc = nn.CTCLoss(blank=cfg.blank, zero_infinity=True)
 

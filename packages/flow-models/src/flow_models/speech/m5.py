@@ -62,7 +62,6 @@ class M5(ZooModel):
             n = n * cfg.pool + 2  # back through a pooling and a 3-tap convolution
         self.min_samples = (n * cfg.pool - 1) * stride + kernel
 
-
     def forward(self, x: flow.Tensor) -> flow.Tensor:
         if x.ndim == 2:
             x = x.unsqueeze(1)

@@ -13,9 +13,20 @@ from flow_models import registry as zoo
 from flow_models.data.base import DatasetSplits
 from flow_models.train.config import TrainConfig, TrainError
 
-__all__ = ["limit_threads", "check_features", "load_data", "build_model", "build_optimizer", "build_scheduler",
-           "WarmupCosine", "model_config_dict", "MODEL_ARG_SYNONYMS", "dataset_kwargs", "model_overrides",
-           "fit_fields"]
+__all__ = [
+    "limit_threads",
+    "check_features",
+    "load_data",
+    "build_model",
+    "build_optimizer",
+    "build_scheduler",
+    "WarmupCosine",
+    "model_config_dict",
+    "MODEL_ARG_SYNONYMS",
+    "dataset_kwargs",
+    "model_overrides",
+    "fit_fields",
+]
 
 # A dataset's model_args under the names zoo configs may use for the same thing.
 MODEL_ARG_SYNONYMS = {
@@ -59,8 +70,9 @@ def check_features(cfg: TrainConfig) -> None:
         except Exception as e:
             raise TrainError(f"--device {cfg.device} is not available: {e}") from None
     if cfg.graph and not hasattr(flow.nn, "Graph"):
-        raise TrainError("--graph needs graph mode (flow.nn.Graph), which this flow-core does not have yet; "
-                         "train with --eager")
+        raise TrainError(
+            "--graph needs graph mode (flow.nn.Graph), which this flow-core does not have yet; train with --eager"
+        )
     if cfg.amp is not None:
         if importlib.util.find_spec("flow_amp") is None:
             raise TrainError("--amp needs the flow-amp plugin (pip install flow-amp), which is not installed")
@@ -77,8 +89,9 @@ def autocast_context(cfg: TrainConfig):
     mod = importlib.import_module("flow_amp")
     fn = getattr(mod, "autocast", None) or getattr(flow, "autocast", None)
     if fn is None:
-        raise TrainError("--amp needs autocast from the flow-amp plugin, and the installed flow-amp does not "
-                         "provide it yet")
+        raise TrainError(
+            "--amp needs autocast from the flow-amp plugin, and the installed flow-amp does not provide it yet"
+        )
     dtype = getattr(flow, AMP_DTYPES[cfg.amp])
     device_type = cfg.device.split(":")[0]
     return lambda: fn(device_type, dtype=dtype)
@@ -99,14 +112,15 @@ def dataset_kwargs(cfg: TrainConfig, factory) -> dict:
         unknown = sorted(k for k in kwargs if k not in params)
         if unknown:
             valid = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            raise TrainError(f"--data-arg: dataset '{cfg.dataset}' has no option(s) {', '.join(unknown)}; "
-                             f"its options: {', '.join(valid) or '(none)'}")
+            raise TrainError(
+                f"--data-arg: dataset '{cfg.dataset}' has no option(s) {', '.join(unknown)}; "
+                f"its options: {', '.join(valid) or '(none)'}"
+            )
     if "block_size" in params and "block_size" not in kwargs:  # windows as long as the model's context
         ctx = _model_field(cfg, MODEL_ARG_SYNONYMS["block_size"])
         if ctx:
             kwargs["block_size"] = ctx
-    missing = [n for n, p in params.items() if p.default is p.empty and p.kind is not p.VAR_KEYWORD
-               and n not in kwargs]
+    missing = [n for n, p in params.items() if p.default is p.empty and p.kind is not p.VAR_KEYWORD and n not in kwargs]
     if missing:
         how = "--data-path PATH" if missing[0] in ("path", "root") else f"--data-arg {missing[0]}=..."
         hint = f" (give it with {how})"
@@ -141,8 +155,10 @@ def load_data(cfg: TrainConfig, kwargs: dict | None = None) -> DatasetSplits:
     except (ValueError, TypeError) as e:
         raise TrainError(f"dataset '{cfg.dataset}': {e}") from None
     if not isinstance(splits, DatasetSplits):
-        raise TrainError(f"dataset '{cfg.dataset}' is not a training dataset (its factory returned "
-                         f"{type(splits).__name__}, flow-train needs a DatasetSplits)")
+        raise TrainError(
+            f"dataset '{cfg.dataset}' is not a training dataset (its factory returned "
+            f"{type(splits).__name__}, flow-train needs a DatasetSplits)"
+        )
     if len(splits.train) == 0 or len(splits.test) == 0:
         raise TrainError(f"dataset '{cfg.dataset}' has an empty split: {splits.describe()}")
     return splits
@@ -169,8 +185,9 @@ def model_overrides(cfg: TrainConfig, data_args: dict | None) -> dict:
 
 def build_model(cfg: TrainConfig, splits: DatasetSplits | None, saved_config: dict | None = None):
     """The zoo model ``cfg.model`` fitted to the data (or rebuilt from a checkpoint's ``saved_config``)."""
-    overrides = dict(saved_config) if saved_config is not None else model_overrides(cfg, splits.model_args
-                                                                                     if splits else None)
+    overrides = (
+        dict(saved_config) if saved_config is not None else model_overrides(cfg, splits.model_args if splits else None)
+    )
     try:
         return zoo.create(cfg.model, **overrides)
     except zoo.ConfigError as e:

@@ -21,8 +21,21 @@ FORMAT = "flow-train/1"
 CHECKPOINT_NAME = "checkpoint.safetensors"
 
 
-def save_checkpoint(path: str, *, model, optimizer, scheduler, epoch: int, step_in_epoch: int, global_step: int,
-                    config: dict, model_name: str, model_config: dict, data: dict, best: dict | None = None) -> None:
+def save_checkpoint(
+    path: str,
+    *,
+    model,
+    optimizer,
+    scheduler,
+    epoch: int,
+    step_in_epoch: int,
+    global_step: int,
+    config: dict,
+    model_name: str,
+    model_config: dict,
+    data: dict,
+    best: dict | None = None,
+) -> None:
     state = {
         "format": FORMAT,
         "model_name": model_name,

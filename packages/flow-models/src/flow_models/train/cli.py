@@ -47,21 +47,47 @@ def _add(group, name: str, **kw) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """flow-train's parser: each flag is a setting of :mod:`flow_models.train.options` (its range in --help)."""
-    p = OneLineErrorParser(prog=PROG, description="Train a flow model-zoo model on a dataset.",
-                           epilog="Settings: defaults < model defaults < resumed checkpoint < --config FILE < flags.")
+    p = OneLineErrorParser(
+        prog=PROG,
+        description="Train a flow model-zoo model on a dataset.",
+        epilog="Settings: defaults < model defaults < resumed checkpoint < --config FILE < flags.",
+    )
     p.add_argument("model", nargs="?", type=SETTINGS["model"].parse_flag, help="model name (see --list)")
     p.add_argument("--list", action="store_true", help="list the models and datasets, one line each, and exit")
     _add(p, "dataset", metavar="NAME")
     _add(p, "data_path", metavar="PATH")
-    p.add_argument("--data-arg", action="append", type=parse_assignment, metavar="KEY=VALUE",
-                   help="dataset option (repeatable)")
-    p.add_argument("--model-arg", action="append", type=parse_assignment, metavar="KEY=VALUE",
-                   help="model config override (repeatable)")
-    p.add_argument("--config", metavar="FILE", type=_config_file,
-                   help="settings from a .yaml/.yml or .toml file; flags override it")
+    p.add_argument(
+        "--data-arg", action="append", type=parse_assignment, metavar="KEY=VALUE", help="dataset option (repeatable)"
+    )
+    p.add_argument(
+        "--model-arg",
+        action="append",
+        type=parse_assignment,
+        metavar="KEY=VALUE",
+        help="model config override (repeatable)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        type=_config_file,
+        help="settings from a .yaml/.yml or .toml file; flags override it",
+    )
     g = p.add_argument_group("optimisation")
-    for name in ("epochs", "batch_size", "eval_batch_size", "lr", "optimizer", "weight_decay", "momentum",
-                 "scheduler", "warmup_steps", "grad_clip", "max_steps", "eval_batches", "seed"):
+    for name in (
+        "epochs",
+        "batch_size",
+        "eval_batch_size",
+        "lr",
+        "optimizer",
+        "weight_decay",
+        "momentum",
+        "scheduler",
+        "warmup_steps",
+        "grad_clip",
+        "max_steps",
+        "eval_batches",
+        "seed",
+    ):
         _add(g, name)
     e = p.add_argument_group("execution")
     mode = e.add_mutually_exclusive_group()
@@ -83,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _config_file(path: str) -> str:
     if not os.path.isfile(path):
-        raise argparse.ArgumentTypeError(f"file not found: {path}" if not os.path.isdir(path)
-                                         else f"must be a file, not a folder: {path}")
+        raise argparse.ArgumentTypeError(
+            f"file not found: {path}" if not os.path.isdir(path) else f"must be a file, not a folder: {path}"
+        )
     if os.path.splitext(path)[1].lower() not in (".yaml", ".yml", ".toml"):
         raise argparse.ArgumentTypeError(f"must end in .yaml, .yml or .toml: {path}")
     return path
@@ -126,8 +153,7 @@ def _settings(args: argparse.Namespace):
         for key in ("resume", "max_steps", "model"):
             base.pop(key, None)
     file_values = load_config_file(args.config) if args.config else {}
-    model = args.model or file_values.pop("model", None) or (
-        _checkpoint_model(args.resume) if args.resume else None)
+    model = args.model or file_values.pop("model", None) or (_checkpoint_model(args.resume) if args.resume else None)
     file_values.pop("model", None)
     if not model:
         raise TrainError("no model given; usage: flow-train MODEL [--dataset NAME] ... (see flow-train --list)")
@@ -146,8 +172,10 @@ def _checkpoint_model(path: str) -> str:
 
 def _print_summary(summary: dict, task_metric: str) -> None:
     test = summary["test"]
-    print(f"== {summary['model']} on {summary['dataset']}: {summary['epochs']} epochs, {summary['steps']} steps "
-          f"in {summary['seconds']:.1f} s")
+    print(
+        f"== {summary['model']} on {summary['dataset']}: {summary['epochs']} epochs, {summary['steps']} steps "
+        f"in {summary['seconds']:.1f} s"
+    )
     parts = []
     for key, value in test.items():
         if key == "accuracy":
@@ -173,8 +201,10 @@ def _run(argv: list[str] | None) -> int:
     cfg = resolve_config(model, family, file_values, flags)
     trainer = Trainer(cfg)
     if cfg.sample and trainer.splits.task != "lm":
-        print(f"{PROG}: note: --sample applies to language models; '{cfg.model}' is a {trainer.splits.task} model",
-              file=sys.stderr)
+        print(
+            f"{PROG}: note: --sample applies to language models; '{cfg.model}' is a {trainer.splits.task} model",
+            file=sys.stderr,
+        )
     summary = trainer.run()
     _print_summary(summary, trainer.task.metric)
     if cfg.sample and trainer.splits.task == "lm":
@@ -211,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug: still one line, the traceback on request
         if os.environ.get("FLOW_TRAIN_DEBUG"):
             raise
-        print(f"{PROG}: internal error: {type(e).__name__}: {_one_line(e)} "
-              "(set FLOW_TRAIN_DEBUG=1 to see the traceback)", file=sys.stderr)
+        print(
+            f"{PROG}: internal error: {type(e).__name__}: {_one_line(e)} (set FLOW_TRAIN_DEBUG=1 to see the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
 
 

@@ -15,8 +15,16 @@ from typing import Any
 from flow.errors import FlowError
 from flow_models.train.options import SETTINGS, SettingError
 
-__all__ = ["TrainConfig", "TrainError", "MODEL_DEFAULTS", "FAMILY_DEFAULTS", "load_config_file", "resolve_config",
-           "parse_assignments", "check_settings"]
+__all__ = [
+    "TrainConfig",
+    "TrainError",
+    "MODEL_DEFAULTS",
+    "FAMILY_DEFAULTS",
+    "load_config_file",
+    "resolve_config",
+    "parse_assignments",
+    "check_settings",
+]
 
 
 class TrainError(FlowError):
@@ -78,27 +86,62 @@ class TrainConfig:
 
 # Per-model training defaults, so that `flow-train MODEL` alone trains well on the model's usual data.
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "lenet": {"dataset": "digits", "epochs": 15, "batch_size": 32, "lr": 1e-2, "optimizer": "adam",
-              "scheduler": "cosine"},
+    "lenet": {
+        "dataset": "digits",
+        "epochs": 15,
+        "batch_size": 32,
+        "lr": 1e-2,
+        "optimizer": "adam",
+        "scheduler": "cosine",
+    },
     "lenet-mnist": {"dataset": "mnist", "epochs": 5, "batch_size": 64, "lr": 1e-3, "optimizer": "adam"},
     # about 5 minutes on two cores to a test loss near 1.75 nats/char (unigram entropy: 3.25)
-    "gpt2-char": {"dataset": "cpython-docs", "epochs": 3, "batch_size": 16, "lr": 3e-3, "optimizer": "adamw",
-                  "weight_decay": 0.01, "scheduler": "cosine", "warmup_steps": 20, "grad_clip": 1.0,
-                  "eval_batches": 8},
+    "gpt2-char": {
+        "dataset": "cpython-docs",
+        "epochs": 3,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "optimizer": "adamw",
+        "weight_decay": 0.01,
+        "scheduler": "cosine",
+        "warmup_steps": 20,
+        "grad_clip": 1.0,
+        "eval_batches": 8,
+    },
     "dlrm": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
     "dlrm-small": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
     "wide-deep": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
     # a CPU-sized variant of the acoustic model (64-channel front-end, 2 x 64 BiGRU); --model-arg changes it
-    "crnn-ctc": {"dataset": "synthetic-speech-ctc", "epochs": 5, "batch_size": 32, "lr": 3e-3, "optimizer": "adam",
-                 "grad_clip": 5.0, "model_args": {"conv_channels": [64, 64], "rnn_hidden": 64, "rnn_layers": 2}},
-    "m5": {"dataset": "synthetic-speech", "epochs": 4, "batch_size": 32, "lr": 3e-3, "optimizer": "adam",
-           "scheduler": "cosine"},
+    "crnn-ctc": {
+        "dataset": "synthetic-speech-ctc",
+        "epochs": 5,
+        "batch_size": 32,
+        "lr": 3e-3,
+        "optimizer": "adam",
+        "grad_clip": 5.0,
+        "model_args": {"conv_channels": [64, 64], "rnn_hidden": 64, "rnn_layers": 2},
+    },
+    "m5": {
+        "dataset": "synthetic-speech",
+        "epochs": 4,
+        "batch_size": 32,
+        "lr": 3e-3,
+        "optimizer": "adam",
+        "scheduler": "cosine",
+    },
 }
 # ... and per family, for models without their own line.
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "vision": {"dataset": "digits", "epochs": 10, "batch_size": 64, "lr": 1e-3, "optimizer": "adam"},
-    "nlp": {"dataset": "cpython-docs", "epochs": 1, "batch_size": 32, "lr": 1e-3, "optimizer": "adamw",
-            "grad_clip": 1.0, "eval_batches": 8},
+    "nlp": {
+        "dataset": "cpython-docs",
+        "epochs": 1,
+        "batch_size": 32,
+        "lr": 1e-3,
+        "optimizer": "adamw",
+        "grad_clip": 1.0,
+        "eval_batches": 8,
+    },
     "recsys": {"dataset": "synthetic-recsys", "epochs": 3, "batch_size": 128, "lr": 3e-3, "optimizer": "adam"},
     "speech": {"dataset": "synthetic-speech", "epochs": 10, "batch_size": 32, "lr": 3e-3, "optimizer": "adam"},
 }
@@ -142,8 +185,9 @@ def load_config_file(path: str) -> dict:
     valid = TrainConfig.field_names()
     unknown = sorted(k for k in out if k not in valid)
     if unknown:
-        raise TrainError(f"config file '{path}': unknown setting(s) {', '.join(unknown)}; "
-                         f"valid settings: {', '.join(valid)}")
+        raise TrainError(
+            f"config file '{path}': unknown setting(s) {', '.join(unknown)}; valid settings: {', '.join(valid)}"
+        )
     return check_settings(out, f"config file '{path}': ")
 
 

@@ -1,7 +1,7 @@
 """``flow-generate``: sample text from a language model checkpoint written by flow-train.
 
-    flow-train gpt2-char --dataset cpython-docs
-    flow-generate runs/gpt2-char-cpython-docs/checkpoint.safetensors --prompt "The with statement"
+flow-train gpt2-char --dataset cpython-docs
+flow-generate runs/gpt2-char-cpython-docs/checkpoint.safetensors --prompt "The with statement"
 """
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ PROG = "flow-generate"
 
 # flow-generate's settings: flow-train's where they mean the same
 GENERATE_SETTINGS: dict[str, Setting] = {
-    "checkpoint": Setting("checkpoint", str, "checkpoint.safetensors of a flow-train run", rule=existing_file,
-                          rule_doc="naming an existing checkpoint file"),
+    "checkpoint": Setting(
+        "checkpoint",
+        str,
+        "checkpoint.safetensors of a flow-train run",
+        rule=existing_file,
+        rule_doc="naming an existing checkpoint file",
+    ),
     "prompt": SETTINGS["prompt"],
     "length": Setting("length", int, "tokens to sample", low=1),
     "temperature": SETTINGS["temperature"],
@@ -45,8 +50,10 @@ def check_prompt(tokenizer_info: dict | None, prompt: str, where: str) -> None:
     if isinstance(tok, CharTokenizer):
         unknown = sorted(set(prompt) - set(tok.vocab))
         if unknown:
-            raise TrainError(f"--prompt: the character(s) {''.join(unknown)!r} are not in the vocabulary of {where} "
-                             f"({tok.vocab_size} characters)")
+            raise TrainError(
+                f"--prompt: the character(s) {''.join(unknown)!r} are not in the vocabulary of {where} "
+                f"({tok.vocab_size} characters)"
+            )
 
 
 def _context_length(model, fallback: int | None) -> int | None:
@@ -57,8 +64,17 @@ def _context_length(model, fallback: int | None) -> int | None:
     return fallback
 
 
-def sample_text(model, tokenizer, prompt: str = "\n", length: int = 300, *, temperature: float = 0.8,
-                top_k: int | None = None, block_size: int | None = None, seed: int = 0) -> str:
+def sample_text(
+    model,
+    tokenizer,
+    prompt: str = "\n",
+    length: int = 300,
+    *,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    block_size: int | None = None,
+    seed: int = 0,
+) -> str:
     """Continue ``prompt`` by ``length`` tokens sampled one at a time from ``model`` (logits ``(1, T, V)``).
 
     ``temperature`` divides the logits (0 picks the most likely token); ``top_k`` keeps only the k
@@ -101,12 +117,27 @@ def sample_text(model, tokenizer, prompt: str = "\n", length: int = 300, *, temp
 def sample_from_trainer(trainer) -> str:
     cfg = trainer.cfg
     tok = tokenizer_from_info(trainer.splits.info["tokenizer"])
-    return sample_text(trainer.model, tok, cfg.prompt, cfg.sample_length, temperature=cfg.temperature,
-                       top_k=cfg.top_k, block_size=trainer.splits.model_args.get("block_size"), seed=cfg.seed)
+    return sample_text(
+        trainer.model,
+        tok,
+        cfg.prompt,
+        cfg.sample_length,
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+        block_size=trainer.splits.model_args.get("block_size"),
+        seed=cfg.seed,
+    )
 
 
-def generate_from_checkpoint(path: str, prompt: str = "\n", length: int = 300, *, temperature: float = 0.8,
-                             top_k: int | None = None, seed: int = 0) -> str:
+def generate_from_checkpoint(
+    path: str,
+    prompt: str = "\n",
+    length: int = 300,
+    *,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> str:
     """Rebuild the model of a flow-train checkpoint (no data needed) and sample from it."""
     from flow_models import registry as zoo
     from flow_models.train.checkpoint import load_checkpoint
@@ -114,14 +145,24 @@ def generate_from_checkpoint(path: str, prompt: str = "\n", length: int = 300, *
     st = load_checkpoint(path)
     data = st.get("data") or {}
     if data.get("task") != "lm" or "tokenizer" not in (data.get("info") or {}):
-        raise TrainError(f"checkpoint '{path}' is of a {data.get('task', 'non-language')} model "
-                         f"('{st['model_name']}'); flow-generate samples from language models")
+        raise TrainError(
+            f"checkpoint '{path}' is of a {data.get('task', 'non-language')} model "
+            f"('{st['model_name']}'); flow-generate samples from language models"
+        )
     check_prompt(data["info"]["tokenizer"], prompt, f"checkpoint '{path}'")
     model = zoo.create(st["model_name"], **st["model_config"])
     model.load_state_dict(st["model"])
     tok = tokenizer_from_info(data["info"]["tokenizer"])
-    return sample_text(model, tok, prompt, length, temperature=temperature, top_k=top_k,
-                       block_size=(data.get("model_args") or {}).get("block_size"), seed=seed)
+    return sample_text(
+        model,
+        tok,
+        prompt,
+        length,
+        temperature=temperature,
+        top_k=top_k,
+        block_size=(data.get("model_args") or {}).get("block_size"),
+        seed=seed,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", type=s["checkpoint"].parse_flag, help=s["checkpoint"].flag_help())
     defaults = {"prompt": "\n", "length": 300, "temperature": 0.8, "top_k": None, "seed": 0, "threads": 1}
     for name, default in defaults.items():
-        p.add_argument(s[name].flag, type=s[name].parse_flag, default=default, metavar=name.upper(),
-                       help=s[name].flag_help())
+        p.add_argument(
+            s[name].flag, type=s[name].parse_flag, default=default, metavar=name.upper(), help=s[name].flag_help()
+        )
     return p
 
 
@@ -146,8 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         limit_threads(args.threads)
-        print(generate_from_checkpoint(args.checkpoint, args.prompt, args.length, temperature=args.temperature,
-                                       top_k=args.top_k, seed=args.seed))
+        print(
+            generate_from_checkpoint(
+                args.checkpoint,
+                args.prompt,
+                args.length,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                seed=args.seed,
+            )
+        )
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else EXIT_FAILURE
     except KeyboardInterrupt:

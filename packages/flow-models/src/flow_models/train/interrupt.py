@@ -52,8 +52,7 @@ class Interrupt:
             what, again = "interrupted", "Ctrl-C again"
         else:
             what, again = f"received {signal.Signals(signum).name}", "send it again"
-        print(f"\n{self.prog}: {what}; saving a checkpoint ({again} to quit without one)", file=sys.stderr,
-              flush=True)
+        print(f"\n{self.prog}: {what}; saving a checkpoint ({again} to quit without one)", file=sys.stderr, flush=True)
 
     def __exit__(self, *exc) -> None:
         for sig, previous in self._previous.items():

@@ -53,7 +53,7 @@ class EpochSampler(Sampler):
         return rng.permutation(self.n)
 
     def __iter__(self):
-        return iter(self.order()[self.start:].tolist())
+        return iter(self.order()[self.start :].tolist())
 
     def __len__(self) -> int:
         return max(0, self.n - self.start)
@@ -73,8 +73,9 @@ class Trainer:
         cfg.validate()
         self.resumed = load_checkpoint(cfg.resume) if cfg.resume else None
         if self.resumed and self.resumed["model_name"] != cfg.model:
-            raise TrainError(f"--resume: checkpoint '{cfg.resume}' is of model '{self.resumed['model_name']}', "
-                             f"not '{cfg.model}'")
+            raise TrainError(
+                f"--resume: checkpoint '{cfg.resume}' is of model '{self.resumed['model_name']}', not '{cfg.model}'"
+            )
         # every setting, the dataset's options and the model/dataset pair, before any data is read
         self.plan = preflight(cfg, self.resumed["model_config"] if self.resumed else None)
         self._thread_limit = build.limit_threads(cfg.threads)
@@ -96,10 +97,12 @@ class Trainer:
         self.total_steps = min(total, cfg.max_steps) if cfg.max_steps else total
         self.scheduler = build.build_scheduler(cfg, self.optimizer, total)
         self.sampler = EpochSampler(len(self.splits.train), cfg.seed)
-        self.train_loader = DataLoader(self.splits.train, batch_size=cfg.batch_size, sampler=self.sampler,
-                                       num_workers=cfg.num_workers)
-        self.test_loader = DataLoader(self.splits.test, batch_size=cfg.eval_batch_size or 2 * cfg.batch_size,
-                                      num_workers=cfg.num_workers)
+        self.train_loader = DataLoader(
+            self.splits.train, batch_size=cfg.batch_size, sampler=self.sampler, num_workers=cfg.num_workers
+        )
+        self.test_loader = DataLoader(
+            self.splits.test, batch_size=cfg.eval_batch_size or 2 * cfg.batch_size, num_workers=cfg.num_workers
+        )
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
         self._last_plot = time.perf_counter()
         self.best: dict = {}
@@ -110,8 +113,9 @@ class Trainer:
         self.checkpoint_path = os.path.join(self.out_dir, CHECKPOINT_NAME)
         if self.resumed:
             self._restore(self.resumed)
-        self.metrics = MetricsLog(os.path.join(self.out_dir, "metrics.jsonl"),
-                                  self.global_step if self.resumed else None)
+        self.metrics = MetricsLog(
+            os.path.join(self.out_dir, "metrics.jsonl"), self.global_step if self.resumed else None
+        )
         self._autocast = build.autocast_context(cfg) if cfg.amp and not cfg.graph else None
         self._graph_step = self._make_graph_step() if cfg.graph else None
 
@@ -131,12 +135,26 @@ class Trainer:
         self.log(f"resumed from {self.cfg.resume}: epoch {self.epoch + 1}, step {self.global_step}")
 
     def save(self) -> str:
-        data = {"name": self.splits.name, "task": self.splits.task, "info": self.splits.info,
-                "model_args": self.splits.model_args}
-        save_checkpoint(self.checkpoint_path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                        epoch=self.epoch, step_in_epoch=self.step_in_epoch, global_step=self.global_step,
-                        config=self.cfg.to_dict(), model_name=self.cfg.model,
-                        model_config=build.model_config_dict(self.model), data=data, best=self.best)
+        data = {
+            "name": self.splits.name,
+            "task": self.splits.task,
+            "info": self.splits.info,
+            "model_args": self.splits.model_args,
+        }
+        save_checkpoint(
+            self.checkpoint_path,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            epoch=self.epoch,
+            step_in_epoch=self.step_in_epoch,
+            global_step=self.global_step,
+            config=self.cfg.to_dict(),
+            model_name=self.cfg.model,
+            model_config=build.model_config_dict(self.model),
+            data=data,
+            best=self.best,
+        )
         return self.checkpoint_path
 
     # -- steps ----------------------------------------------------------------------------------------
@@ -144,8 +162,10 @@ class Trainer:
         """The training step compiled with flow.nn.Graph (the scheduler stays on the host: the graph reads the lr)."""
         task, model, optimizer = self.task, self.model, self.optimizer
         if self.cfg.grad_clip:
-            self.log(f"flow-train: note: --grad-clip {self.cfg.grad_clip:g} is not applied in graph mode "
-                     "(gradients stay inside the compiled step)")
+            self.log(
+                f"flow-train: note: --grad-clip {self.cfg.grad_clip:g} is not applied in graph mode "
+                "(gradients stay inside the compiled step)"
+            )
 
         amp_dtype = getattr(flow, build.AMP_DTYPES[self.cfg.amp]) if self.cfg.amp else None
 
@@ -179,8 +199,10 @@ class Trainer:
         self.scheduler.step()
         value = float(loss.item())
         if not math.isfinite(value):
-            raise TrainError(f"the loss became {value} at step {self.global_step + 1}; try a lower --lr "
-                             f"(now {self.cfg.lr}) or --grad-clip")
+            raise TrainError(
+                f"the loss became {value} at step {self.global_step + 1}; try a lower --lr "
+                f"(now {self.cfg.lr}) or --grad-clip"
+            )
         return value, n
 
     def evaluate(self) -> dict:
@@ -195,8 +217,9 @@ class Trainer:
                 seen += 1
         self.model.train()
         if not seen:  # never report the metrics of nothing
-            raise TrainError(f"evaluation saw no test batches (dataset '{self.splits.name}': "
-                             f"{len(self.splits.test)} test samples)")
+            raise TrainError(
+                f"evaluation saw no test batches (dataset '{self.splits.name}': {len(self.splits.test)} test samples)"
+            )
         return self.task.result(state)
 
     # -- the run ----------------------------------------------------------------------------------------
@@ -208,9 +231,11 @@ class Trainer:
         """
         cfg = self.cfg
         start = time.perf_counter()
-        self.log(f"training {cfg.model} ({_count(self.model)} parameters) on {self.splits.describe()}; "
-                 f"{cfg.epochs} epochs of {self.steps_per_epoch} steps, batch {cfg.batch_size}, "
-                 f"{cfg.optimizer} lr {cfg.lr:g}, device {cfg.device}, {'graph' if cfg.graph else 'eager'} mode")
+        self.log(
+            f"training {cfg.model} ({_count(self.model)} parameters) on {self.splits.describe()}; "
+            f"{cfg.epochs} epochs of {self.steps_per_epoch} steps, batch {cfg.batch_size}, "
+            f"{cfg.optimizer} lr {cfg.lr:g}, device {cfg.device}, {'graph' if cfg.graph else 'eager'} mode"
+        )
         self.model.train()
         stopped = None
         with Interrupt() as interrupt:
@@ -227,8 +252,10 @@ class Trainer:
             if interrupt.requested:
                 path = self.save()
                 self._plot()
-                self.log(f"interrupted at epoch {self.epoch + 1}, step {self.global_step}; checkpoint saved to "
-                         f"{path}; continue with --resume {path}")
+                self.log(
+                    f"interrupted at epoch {self.epoch + 1}, step {self.global_step}; checkpoint saved to "
+                    f"{path}; continue with --resume {path}"
+                )
                 raise SystemExit(interrupt.exit_code)
             if stopped == "max_steps" or not self.last_eval:  # stopped early, or resumed a finished run
                 self._record_eval(self.evaluate())
@@ -245,8 +272,16 @@ class Trainer:
         total = self.steps_per_epoch
         if cfg.max_steps:  # a run that stops early shows a bar that ends where it stops
             total = min(total, self.step_in_epoch + max(0, cfg.max_steps - self.global_step))
-        bar = tqdm(total=total, initial=self.step_in_epoch, desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
-                   disable=not cfg.progress, leave=False, dynamic_ncols=True, file=sys.stderr, unit="step")
+        bar = tqdm(
+            total=total,
+            initial=self.step_in_epoch,
+            desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
+            disable=not cfg.progress,
+            leave=False,
+            dynamic_ncols=True,
+            file=sys.stderr,
+            unit="step",
+        )
         t0, seen, ema, logged = time.perf_counter(), 0, None, []
         try:
             for batch in self.train_loader:
@@ -261,13 +296,24 @@ class Trainer:
                 ema = loss if ema is None else 0.9 * ema + 0.1 * loss
                 logged.append(loss)
                 rate = seen / max(time.perf_counter() - t0, 1e-9)
-                bar.set_postfix(loss=f"{ema:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}",
-                                samples_s=f"{rate:.0f}", refresh=False)
+                bar.set_postfix(
+                    loss=f"{ema:.4f}",
+                    lr=f"{self.scheduler.get_last_lr()[0]:.2e}",
+                    samples_s=f"{rate:.0f}",
+                    refresh=False,
+                )
                 bar.update(1)
                 if self.global_step % cfg.log_every == 0:
-                    self.metrics.append({"kind": "train", "epoch": self.epoch + 1, "step": self.global_step,
-                                         "loss": float(np.mean(logged)), "lr": self.scheduler.get_last_lr()[0],
-                                         "samples_per_s": rate})
+                    self.metrics.append(
+                        {
+                            "kind": "train",
+                            "epoch": self.epoch + 1,
+                            "step": self.global_step,
+                            "loss": float(np.mean(logged)),
+                            "lr": self.scheduler.get_last_lr()[0],
+                            "samples_per_s": rate,
+                        }
+                    )
                     logged = []
             if interrupt.requested:
                 return "interrupt"
@@ -279,8 +325,10 @@ class Trainer:
     def _end_of_epoch(self) -> None:
         result = self._record_eval(self.evaluate())
         shown = ", ".join(f"{k} {_fmt(k, v)}" for k, v in result.items())
-        self.log(f"epoch {self.epoch}/{self.cfg.epochs}: step {self.global_step}, test {shown}, "
-                 f"{getattr(self, '_epoch_rate', 0):.0f} samples/s")
+        self.log(
+            f"epoch {self.epoch}/{self.cfg.epochs}: step {self.global_step}, test {shown}, "
+            f"{getattr(self, '_epoch_rate', 0):.0f} samples/s"
+        )
         self.save()
         if time.perf_counter() - self._last_plot > PLOT_EVERY_S:
             self._plot()
@@ -301,16 +349,28 @@ class Trainer:
 
         self._last_plot = time.perf_counter()
         try:
-            plot_metrics(self.metrics.records, os.path.join(self.out_dir, "plot.png"),
-                         title=f"{self.cfg.model} on {self.splits.name}")
+            plot_metrics(
+                self.metrics.records,
+                os.path.join(self.out_dir, "plot.png"),
+                title=f"{self.cfg.model} on {self.splits.name}",
+            )
         except Exception as e:  # a plot is a convenience: never lose a run over it
             self.log(f"flow-train: warning: could not write the plot: {e}")
 
     def _summary(self, seconds: float) -> dict:
-        summary = {"model": self.cfg.model, "dataset": self.splits.name, "task": self.splits.task,
-                   "epochs": self.epoch, "steps": self.global_step, "seconds": round(seconds, 2),
-                   "test": self.last_eval, "best": self.best, "checkpoint": self.checkpoint_path,
-                   "metrics": self.metrics.path, "plot": os.path.join(self.out_dir, "plot.png")}
+        summary = {
+            "model": self.cfg.model,
+            "dataset": self.splits.name,
+            "task": self.splits.task,
+            "epochs": self.epoch,
+            "steps": self.global_step,
+            "seconds": round(seconds, 2),
+            "test": self.last_eval,
+            "best": self.best,
+            "checkpoint": self.checkpoint_path,
+            "metrics": self.metrics.path,
+            "plot": os.path.join(self.out_dir, "plot.png"),
+        }
         atomic_write(os.path.join(self.out_dir, "summary.json"), json.dumps(summary, indent=2))
         return summary
 

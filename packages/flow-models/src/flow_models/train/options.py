@@ -17,13 +17,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Setting", "SETTINGS", "OPTIMIZERS", "SCHEDULERS", "AMP_DTYPES", "MAX_SEED", "parse_assignment",
-           "SettingError", "existing_file"]
+__all__ = [
+    "Setting",
+    "SETTINGS",
+    "OPTIMIZERS",
+    "SCHEDULERS",
+    "AMP_DTYPES",
+    "MAX_SEED",
+    "parse_assignment",
+    "SettingError",
+    "existing_file",
+]
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULERS = ("constant", "cosine")
 AMP_DTYPES = ("bf16", "fp16")
-MAX_SEED = 2 ** 64 - 1  # seeds are 64-bit keys of the Philox generator that orders the samples
+MAX_SEED = 2**64 - 1  # seeds are 64-bit keys of the Philox generator that orders the samples
 MAX_WORKERS = 256  # more DataLoader processes than any machine gains from; a typo (-n 1000) would fork-bomb
 OUTPUT_FIELDS = ("model", "dataset")
 _DEVICE = re.compile(r"[a-z][a-z0-9_]*(:[0-9]+)?")
@@ -63,8 +72,13 @@ class Setting:
         """What the setting accepts, in words: ``an integer >= 1``, ``one of sgd, adam, adamw``."""
         if self.choices:
             return f"one of {', '.join(self.choices)}"
-        noun = {int: "an integer", float: "a number", str: "text", bool: "true or false",
-                dict: "a mapping of KEY: VALUE"}[self.kind]
+        noun = {
+            int: "an integer",
+            float: "a number",
+            str: "text",
+            bool: "true or false",
+            dict: "a mapping of KEY: VALUE",
+        }[self.kind]
         parts = []
         if self.low is not None:
             parts.append(f"{'>' if self.low_open else '>='} {_num(self.low)}")
@@ -111,7 +125,7 @@ _BAD = object()
 
 
 def _num(x: float) -> str:
-    if isinstance(x, int) and x > 2 ** 32 and (x + 1) & x == 0:  # 2**64 - 1 rather than its 20 digits
+    if isinstance(x, int) and x > 2**32 and (x + 1) & x == 0:  # 2**64 - 1 rather than its 20 digits
         return f"2**{(x + 1).bit_length() - 1} - 1"
     return str(x) if isinstance(x, int) else f"{x:g}"
 
@@ -193,8 +207,10 @@ def _output(v: str) -> str | None:
         return f"is not a valid folder template ({e}): {_show(v)}"
     bad = sorted(f for f in fields if f not in OUTPUT_FIELDS)
     if bad:
-        return (f"may only use the fields {{model}} and {{dataset}}, not "
-                f"{', '.join('{' + f + '}' for f in bad)}: {_show(v)}")
+        return (
+            f"may only use the fields {{model}} and {{dataset}}, not "
+            f"{', '.join('{' + f + '}' for f in bad)}: {_show(v)}"
+        )
     return None
 
 
@@ -218,42 +234,67 @@ def parse_assignment(text: str) -> tuple[str, str]:
 
 
 _S = Setting
-SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    _S("model", str, "model name (see --list)", rule=_non_empty, rule_doc="naming a registered model"),
-    _S("dataset", str, "dataset name (default: the model's usual dataset)", optional=True, rule=_non_empty,
-       rule_doc="naming a registered dataset the model can train on"),
-    _S("data_path", str, "file or folder of a file-based dataset (mnist, cifar10, text-file, criteo...)",
-       optional=True, rule=_existing_path, rule_doc="naming an existing file or folder"),
-    _S("epochs", int, "passes over the training set", low=1),
-    _S("batch_size", int, "samples per optimizer step", low=1),
-    _S("eval_batch_size", int, "samples per evaluation batch (default: twice --batch-size)", low=1, optional=True),
-    _S("lr", float, "learning rate", low=0, low_open=True),
-    _S("optimizer", str, "optimizer", choices=OPTIMIZERS),
-    _S("weight_decay", float, "weight decay (decoupled for adamw)", low=0),
-    _S("momentum", float, "SGD momentum", low=0, high=1, high_open=True),
-    _S("scheduler", str, "learning-rate schedule after the warm-up", choices=SCHEDULERS),
-    _S("warmup_steps", int, "steps of linear learning-rate warm-up", low=0),
-    _S("grad_clip", float, "clip the gradients' global norm to this", low=0, low_open=True, optional=True),
-    _S("max_steps", int, "stop (with a checkpoint) after this many steps in total", low=1, optional=True),
-    _S("eval_batches", int, "evaluate on at most this many test batches", low=1, optional=True),
-    _S("seed", int, "seed of the initial weights and of the sample order", low=0, high=MAX_SEED),
-    _S("graph", bool, "compile the training step with flow.nn.Graph"),
-    _S("amp", str, "mixed precision (needs the flow-amp plugin)", choices=AMP_DTYPES, optional=True),
-    _S("device", str, "cpu (default), cuda, cuda:1... (cuda needs the flow-cuda plugin)", rule=_device,
-       rule_doc="such as cpu or cuda:1"),
-    _S("num_workers", int, "DataLoader worker processes", low=0, high=MAX_WORKERS),
-    _S("threads", int, "BLAS/OpenMP threads (0 leaves the libraries' default)", low=0, high=1024),
-    _S("output", str, "run folder; {model} and {dataset} are filled in", rule=_output,
-       rule_doc="naming a folder"),
-    _S("resume", str, "continue from a checkpoint written by flow-train", optional=True, rule=existing_file,
-       rule_doc="naming an existing checkpoint file"),
-    _S("log_every", int, "steps between training-loss records in metrics.jsonl", low=1),
-    _S("progress", bool, "show a progress bar"),
-    _S("sample", bool, "print text sampled from the model at the end (language models)"),
-    _S("prompt", str, "text the sample starts from", rule=_some_text, rule_doc="that is not empty"),
-    _S("sample_length", int, "tokens to sample", low=1),
-    _S("temperature", float, "sampling temperature (0 picks the most likely token)", low=0),
-    _S("top_k", int, "sample from the k most likely tokens only", low=1, optional=True),
-    _S("model_args", dict, "model config overrides"),
-    _S("data_args", dict, "dataset options"),
-)}
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        _S("model", str, "model name (see --list)", rule=_non_empty, rule_doc="naming a registered model"),
+        _S(
+            "dataset",
+            str,
+            "dataset name (default: the model's usual dataset)",
+            optional=True,
+            rule=_non_empty,
+            rule_doc="naming a registered dataset the model can train on",
+        ),
+        _S(
+            "data_path",
+            str,
+            "file or folder of a file-based dataset (mnist, cifar10, text-file, criteo...)",
+            optional=True,
+            rule=_existing_path,
+            rule_doc="naming an existing file or folder",
+        ),
+        _S("epochs", int, "passes over the training set", low=1),
+        _S("batch_size", int, "samples per optimizer step", low=1),
+        _S("eval_batch_size", int, "samples per evaluation batch (default: twice --batch-size)", low=1, optional=True),
+        _S("lr", float, "learning rate", low=0, low_open=True),
+        _S("optimizer", str, "optimizer", choices=OPTIMIZERS),
+        _S("weight_decay", float, "weight decay (decoupled for adamw)", low=0),
+        _S("momentum", float, "SGD momentum", low=0, high=1, high_open=True),
+        _S("scheduler", str, "learning-rate schedule after the warm-up", choices=SCHEDULERS),
+        _S("warmup_steps", int, "steps of linear learning-rate warm-up", low=0),
+        _S("grad_clip", float, "clip the gradients' global norm to this", low=0, low_open=True, optional=True),
+        _S("max_steps", int, "stop (with a checkpoint) after this many steps in total", low=1, optional=True),
+        _S("eval_batches", int, "evaluate on at most this many test batches", low=1, optional=True),
+        _S("seed", int, "seed of the initial weights and of the sample order", low=0, high=MAX_SEED),
+        _S("graph", bool, "compile the training step with flow.nn.Graph"),
+        _S("amp", str, "mixed precision (needs the flow-amp plugin)", choices=AMP_DTYPES, optional=True),
+        _S(
+            "device",
+            str,
+            "cpu (default), cuda, cuda:1... (cuda needs the flow-cuda plugin)",
+            rule=_device,
+            rule_doc="such as cpu or cuda:1",
+        ),
+        _S("num_workers", int, "DataLoader worker processes", low=0, high=MAX_WORKERS),
+        _S("threads", int, "BLAS/OpenMP threads (0 leaves the libraries' default)", low=0, high=1024),
+        _S("output", str, "run folder; {model} and {dataset} are filled in", rule=_output, rule_doc="naming a folder"),
+        _S(
+            "resume",
+            str,
+            "continue from a checkpoint written by flow-train",
+            optional=True,
+            rule=existing_file,
+            rule_doc="naming an existing checkpoint file",
+        ),
+        _S("log_every", int, "steps between training-loss records in metrics.jsonl", low=1),
+        _S("progress", bool, "show a progress bar"),
+        _S("sample", bool, "print text sampled from the model at the end (language models)"),
+        _S("prompt", str, "text the sample starts from", rule=_some_text, rule_doc="that is not empty"),
+        _S("sample_length", int, "tokens to sample", low=1),
+        _S("temperature", float, "sampling temperature (0 picks the most likely token)", low=0),
+        _S("top_k", int, "sample from the k most likely tokens only", low=1, optional=True),
+        _S("model_args", dict, "model config overrides"),
+        _S("data_args", dict, "dataset options"),
+    )
+}

@@ -56,8 +56,9 @@ def preflight(cfg: TrainConfig, saved_model_config: dict | None = None) -> Plan:
     try:
         model_spec = model.input_spec(config)
     except (ValueError, TypeError) as e:
-        raise TrainError(f"--dataset {cfg.dataset}: model '{cfg.model}' cannot train on dataset '{cfg.dataset}': "
-                         f"{e}") from None
+        raise TrainError(
+            f"--dataset {cfg.dataset}: model '{cfg.model}' cannot train on dataset '{cfg.dataset}': {e}"
+        ) from None
     if data_spec is not None and model_spec is not None:
         why = mismatch(data_spec, model_spec)
         if why:
@@ -66,8 +67,9 @@ def preflight(cfg: TrainConfig, saved_model_config: dict | None = None) -> Plan:
     return Plan(kwargs, data_spec, model_spec, config)
 
 
-def fitted_config(cfg: TrainConfig, model: zoo.ModelEntry, data_spec: DataSpec | None,
-                  saved_model_config: dict | None = None):
+def fitted_config(
+    cfg: TrainConfig, model: zoo.ModelEntry, data_spec: DataSpec | None, saved_model_config: dict | None = None
+):
     """The model's config as flow-train will build it: fitted to what the data declares, then --model-arg."""
     if saved_model_config is not None:
         overrides = dict(saved_model_config)
@@ -99,8 +101,10 @@ def compatible_datasets(model_name: str, model_args: dict | None = None) -> list
 def _pair_message(cfg: TrainConfig, why: str, model_spec: DataSpec, data_spec: DataSpec) -> str:
     fits = [d for d in compatible_datasets(cfg.model, cfg.model_args) if d != cfg.dataset]
     hint = f"; datasets '{cfg.model}' can train on: {', '.join(fits)}" if fits else ""
-    return (f"--dataset {cfg.dataset}: model '{cfg.model}' cannot train on dataset '{cfg.dataset}': {why} "
-            f"('{cfg.model}' takes {model_spec.describe()}, '{cfg.dataset}' gives {data_spec.describe()}){hint}")
+    return (
+        f"--dataset {cfg.dataset}: model '{cfg.model}' cannot train on dataset '{cfg.dataset}': {why} "
+        f"('{cfg.model}' takes {model_spec.describe()}, '{cfg.dataset}' gives {data_spec.describe()}){hint}"
+    )
 
 
 def _check_output(cfg: TrainConfig) -> None:
@@ -121,8 +125,10 @@ def check_loaded(plan: Plan, cfg: TrainConfig, splits) -> None:
         if why:
             raise TrainError(f"dataset '{cfg.dataset}' declares {plan.data_spec.describe()}, but {why}")
     if plan.model_spec is not None and splits.task != plan.model_spec.task:
-        raise TrainError(f"--dataset {cfg.dataset}: model '{cfg.model}' cannot train on dataset '{cfg.dataset}': "
-                         f"the dataset is for {splits.task}, the model for {plan.model_spec.task}")
+        raise TrainError(
+            f"--dataset {cfg.dataset}: model '{cfg.model}' cannot train on dataset '{cfg.dataset}': "
+            f"the dataset is for {splits.task}, the model for {plan.model_spec.task}"
+        )
 
 
 # -- types of --data-arg / --model-arg values -------------------------------------------------------------
@@ -175,4 +181,5 @@ def _type_name(hint) -> str:
     if hint is type(None):
         return "None"
     return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(
-        hint, "a list" if hint in (tuple, list) or typing.get_origin(hint) in (tuple, list) else str(hint))
+        hint, "a list" if hint in (tuple, list) or typing.get_origin(hint) in (tuple, list) else str(hint)
+    )

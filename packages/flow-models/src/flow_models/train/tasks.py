@@ -112,8 +112,12 @@ class LanguageModel(Task):
     def result(self, state):
         n = state["n"]
         loss = _ratio(state["loss_sum"], n)
-        return {"loss": loss, "perplexity": perplexity(loss), "bits_per_token": loss / math.log(2),
-                "accuracy": _ratio(state["correct"], n)}
+        return {
+            "loss": loss,
+            "perplexity": perplexity(loss),
+            "bits_per_token": loss / math.log(2),
+            "accuracy": _ratio(state["correct"], n),
+        }
 
 
 class Recommendation(Task):
@@ -197,8 +201,11 @@ class CTC(Task):
 
     def result(self, state):
         n = state["n"]
-        return {"loss": _ratio(state["loss_sum"], n), "token_error_rate": _ratio(state["errors"], state["tokens"]),
-                "accuracy": _ratio(state["exact"], n)}
+        return {
+            "loss": _ratio(state["loss_sum"], n),
+            "token_error_rate": _ratio(state["errors"], state["tokens"]),
+            "accuracy": _ratio(state["exact"], n),
+        }
 
 
 _TASKS = {t.name: t for t in (Classification, LanguageModel, Recommendation, CTC)}

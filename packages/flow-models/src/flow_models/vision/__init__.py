@@ -6,5 +6,15 @@ from flow_models.vision.resnet import ResNet, ResNetConfig
 from flow_models.vision.vgg import VGG, VGGConfig
 from flow_models.vision.vit import VisionTransformer, ViTConfig
 
-__all__ = ["LeNet5", "LeNetConfig", "MobileNetV2", "MobileNetV2Config", "ResNet", "ResNetConfig", "VGG", "VGGConfig",
-           "VisionTransformer", "ViTConfig"]
+__all__ = [
+    "LeNet5",
+    "LeNetConfig",
+    "MobileNetV2",
+    "MobileNetV2Config",
+    "ResNet",
+    "ResNetConfig",
+    "VGG",
+    "VGGConfig",
+    "VisionTransformer",
+    "ViTConfig",
+]

@@ -62,17 +62,24 @@ class LeNet5(ZooModel):
             pad2 = 0 if size >= 2 * k else k // 2
         size = (size + 2 * pad2 - k + 1) // 2
         if size < 1:
-            raise ValueError(f"LeNet-5 input_size={cfg.input_size} is too small for kernel_size={k} "
-                             f"with conv2_padding={pad2}")
+            raise ValueError(
+                f"LeNet-5 input_size={cfg.input_size} is too small for kernel_size={k} with conv2_padding={pad2}"
+            )
         self.features = nn.Sequential(
-            nn.Conv2d(cfg.in_channels, c1, k, padding=k // 2), act(), pool(2),
-            nn.Conv2d(c1, c2, k, padding=pad2), act(), pool(2),
+            nn.Conv2d(cfg.in_channels, c1, k, padding=k // 2),
+            act(),
+            pool(2),
+            nn.Conv2d(c1, c2, k, padding=pad2),
+            act(),
+            pool(2),
         )
         self.feature_size = c2 * size * size
         h1, h2 = cfg.hidden
         self.classifier = nn.Sequential(
-            nn.Linear(self.feature_size, h1), act(),
-            nn.Linear(h1, h2), act(),
+            nn.Linear(self.feature_size, h1),
+            act(),
+            nn.Linear(h1, h2),
+            act(),
             nn.Linear(h2, cfg.num_classes),
         )
 

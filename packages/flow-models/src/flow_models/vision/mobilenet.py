@@ -16,8 +16,7 @@ from flow_models.registry import ZooModel
 __all__ = ["MobileNetV2Config", "MobileNetV2", "InvertedResidual", "mobilenet_input"]
 
 # expansion t, output channels c, repeats n, first stride s (the paper's Table 2)
-_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-             (6, 320, 1, 1))
+_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
 
 @dataclass

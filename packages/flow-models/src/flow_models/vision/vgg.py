@@ -58,8 +58,12 @@ class VGG(ZooModel):
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d((cfg.pool_size, cfg.pool_size))
         self.classifier = nn.Sequential(
-            nn.Linear(cin * cfg.pool_size * cfg.pool_size, cfg.hidden), nn.ReLU(True), nn.Dropout(cfg.dropout),
-            nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(True), nn.Dropout(cfg.dropout),
+            nn.Linear(cin * cfg.pool_size * cfg.pool_size, cfg.hidden),
+            nn.ReLU(True),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.hidden, cfg.hidden),
+            nn.ReLU(True),
+            nn.Dropout(cfg.dropout),
             nn.Linear(cfg.hidden, cfg.num_classes),
         )
         for m in self.modules():  # torchvision's initialisation

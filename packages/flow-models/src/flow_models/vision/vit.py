@@ -137,6 +137,8 @@ def vit_input(config: ViTConfig) -> DataSpec:
     """What a ViT takes: images of exactly ``in_channels x image_size x image_size`` (its position
     embeddings are one per patch); ``image_size`` must be a multiple of ``patch_size``."""
     if config.image_size % config.patch_size:
-        raise ValueError(f"ViT image_size {config.image_size} is not a multiple of patch_size {config.patch_size} "
-                         "(set --model-arg patch_size=... to one that divides it)")
+        raise ValueError(
+            f"ViT image_size {config.image_size} is not a multiple of patch_size {config.patch_size} "
+            "(set --model-arg patch_size=... to one that divides it)"
+        )
     return DataSpec("classification", "image", (config.in_channels, config.image_size, config.image_size))

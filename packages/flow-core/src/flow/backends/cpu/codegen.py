@@ -342,8 +342,11 @@ def _body(program, kinds, in_st, n_outer, dims) -> list:
 
 
 def module_source(programs: list, names: list) -> str:
-    data = (f"#define FLOW_DATA(o) (*(char* const*)((const char*)(o) + {DATA_OFFSET}))" if DATA_OFFSET is not None
-            else "#define FLOW_DATA(o) ((char*)(o))")
+    data = (
+        f"#define FLOW_DATA(o) (*(char* const*)((const char*)(o) + {DATA_OFFSET}))"
+        if DATA_OFFSET is not None
+        else "#define FLOW_DATA(o) ((char*)(o))"
+    )
     parts = [ops.PRELUDE, "typedef void PyObject;", data, ""]
     for p, n in zip(programs, names):
         parts.append(function_source(p, n))

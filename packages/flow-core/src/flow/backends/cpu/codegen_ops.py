@@ -20,20 +20,61 @@ REDUCTIONS = frozenset({"sum", "mean"})
 _CTYPE = {"float32": "float", "float64": "double", "bool": "unsigned char"}
 
 # op -> libm function name (float variants get an 'f' suffix)
-_UNARY_FN = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
-             "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "erf": "erf",
-             "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10", "floor": "floor",
-             "ceil": "ceil", "trunc": "trunc", "abs": "fabs", "round": "rint", "sigmoid": "flow_sigmoid",
-             "silu": "flow_silu"}
+_UNARY_FN = {
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "sqrt": "sqrt",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "erf": "erf",
+    "expm1": "expm1",
+    "log1p": "log1p",
+    "log2": "log2",
+    "log10": "log10",
+    "floor": "floor",
+    "ceil": "ceil",
+    "trunc": "trunc",
+    "abs": "fabs",
+    "round": "rint",
+    "sigmoid": "flow_sigmoid",
+    "silu": "flow_silu",
+}
 _FAST_F32 = {"exp": "flow_expf", "tanh": "flow_tanhf"}
 _BINARY_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
-_FLOAT_ONLY = set(_UNARY_FN) | {"neg", "square", "reciprocal", "rsqrt", "relu", "gelu", "gelu_backward",
-                                "silu_backward", "softplus", "pow", "maximum", "minimum", "clamp", "sign"} | \
-    set(_BINARY_ARITH)
+_FLOAT_ONLY = (
+    set(_UNARY_FN)
+    | {
+        "neg",
+        "square",
+        "reciprocal",
+        "rsqrt",
+        "relu",
+        "gelu",
+        "gelu_backward",
+        "silu_backward",
+        "softplus",
+        "pow",
+        "maximum",
+        "minimum",
+        "clamp",
+        "sign",
+    }
+    | set(_BINARY_ARITH)
+)
 
-SUPPORTED = frozenset(_FLOAT_ONLY | set(_COMPARE) | {"where", "cast", "isnan", "isinf", "isfinite", "logical_and",
-                                                    "logical_or", "logical_xor", "logical_not"})
+SUPPORTED = frozenset(
+    _FLOAT_ONLY
+    | set(_COMPARE)
+    | {"where", "cast", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_xor", "logical_not"}
+)
 DTYPES = frozenset(_CTYPE)
 
 

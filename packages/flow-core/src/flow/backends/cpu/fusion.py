@@ -30,8 +30,14 @@ def fusion_rule():
     from flow.backends.cpu import codegen_ops
     from flow.graph.pass_tables import FusionRule
 
-    return FusionRule(ops=codegen_ops.SUPPORTED, dtypes=codegen_ops.DTYPES, reductions=codegen_ops.REDUCTIONS,
-                      attrs_supported=codegen_ops.attrs_supported, lower=_lower, unavailable=_unavailable)
+    return FusionRule(
+        ops=codegen_ops.SUPPORTED,
+        dtypes=codegen_ops.DTYPES,
+        reductions=codegen_ops.REDUCTIONS,
+        attrs_supported=codegen_ops.attrs_supported,
+        lower=_lower,
+        unavailable=_unavailable,
+    )
 
 
 def fused_kernel(inputs, program, out=None):

@@ -315,9 +315,18 @@ def adam_update(
     )
 
 
-def sgd_update_multi(params: list, grads: list, momentum_buf: np.ndarray | None, lr: float, momentum: float,
-                     dampening: float, nesterov: bool, weight_decay: float, first_step: bool,
-                     maximize: bool = False) -> None:
+def sgd_update_multi(
+    params: list,
+    grads: list,
+    momentum_buf: np.ndarray | None,
+    lr: float,
+    momentum: float,
+    dampening: float,
+    nesterov: bool,
+    weight_decay: float,
+    first_step: bool,
+    maximize: bool = False,
+) -> None:
     """:func:`sgd_update` over a list of parameter arrays in one call, each updated in its own memory.
 
     ``params`` are C-contiguous writable arrays of one float dtype, ``grads`` C-contiguous arrays of the
@@ -325,17 +334,51 @@ def sgd_update_multi(params: list, grads: list, momentum_buf: np.ndarray | None,
     buffers one after the other. ``maximize`` ascends (the gradient negated). The extension checks every
     array and raises ``TypeError`` / ``ValueError`` naming it (``params[3]`` ...).
     """
-    _native("sgd_update_multi").sgd_update_multi(params, grads, momentum_buf, float(lr), float(momentum),
-                                                 float(dampening), bool(nesterov), float(weight_decay),
-                                                 bool(first_step), bool(maximize))
+    _native("sgd_update_multi").sgd_update_multi(
+        params,
+        grads,
+        momentum_buf,
+        float(lr),
+        float(momentum),
+        float(dampening),
+        bool(nesterov),
+        float(weight_decay),
+        bool(first_step),
+        bool(maximize),
+    )
 
 
-def adam_update_multi(params: list, grads: list, exp_avg: np.ndarray, exp_avg_sq: np.ndarray,
-                      max_exp_avg_sq: np.ndarray | None, step: int, lr: float, beta1: float, beta2: float, eps: float,
-                      weight_decay: float, decoupled: bool, amsgrad: bool, maximize: bool = False) -> None:
+def adam_update_multi(
+    params: list,
+    grads: list,
+    exp_avg: np.ndarray,
+    exp_avg_sq: np.ndarray,
+    max_exp_avg_sq: np.ndarray | None,
+    step: int,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+    amsgrad: bool,
+    maximize: bool = False,
+) -> None:
     """:func:`adam_update` over a list of parameter arrays in one call (flat states, as
     :func:`sgd_update_multi`)."""
-    _native("adam_update_multi").adam_update_multi(params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq,
-                                                   operator.index(step), float(lr), float(beta1), float(beta2),
-                                                   float(eps), float(weight_decay), bool(decoupled), bool(amsgrad),
-                                                   bool(maximize))
+    _native("adam_update_multi").adam_update_multi(
+        params,
+        grads,
+        exp_avg,
+        exp_avg_sq,
+        max_exp_avg_sq,
+        operator.index(step),
+        float(lr),
+        float(beta1),
+        float(beta2),
+        float(eps),
+        float(weight_decay),
+        bool(decoupled),
+        bool(amsgrad),
+        bool(maximize),
+    )

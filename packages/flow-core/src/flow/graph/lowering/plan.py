@@ -25,8 +25,20 @@ from flow.graph.ir import GraphIR, Lit, Node, Value
 
 # ops whose kernels may return a view of their first input (an in-place write to the input is
 # seen through them, so their readers must also run before the write)
-ALIASING_OPS = frozenset({"reshape", "expand", "permute", "basic_index", "diagonal", "split", "unbind",
-                          "contiguous", "select_along_dim", "flip"})
+ALIASING_OPS = frozenset(
+    {
+        "reshape",
+        "expand",
+        "permute",
+        "basic_index",
+        "diagonal",
+        "split",
+        "unbind",
+        "contiguous",
+        "select_along_dim",
+        "flip",
+    }
+)
 
 
 @dataclass
@@ -69,10 +81,13 @@ class Plan:
         for s in self.steps:
             args = []
             for kind, a in s.args:
-                args.append(f"s{a}" if kind == "s" else "[" + ", ".join(f"s{x}" for x in a) + "]" if kind == "l"
-                            else repr(a))
-            lines.append(f"  {s.index:4d} {', '.join(f's{o}' for o in s.outs)} = {s.node.name}({', '.join(args)})"
-                         + (f"  free {s.frees}" if s.frees else ""))
+                args.append(
+                    f"s{a}" if kind == "s" else "[" + ", ".join(f"s{x}" for x in a) + "]" if kind == "l" else repr(a)
+                )
+            lines.append(
+                f"  {s.index:4d} {', '.join(f's{o}' for o in s.outs)} = {s.node.name}({', '.join(args)})"
+                + (f"  free {s.frees}" if s.frees else "")
+            )
         return "\n".join(lines)
 
 
@@ -202,8 +217,21 @@ def lower(ir: GraphIR, config=None) -> Plan:
                 args.append(("c", a.value if isinstance(a, Lit) else a))
         outs = [slot(o) for o in n.outputs]
         scalar = dt == "cpu" and len(n.outputs) == 1 and n.outputs[0].ndim == 0
-        steps.append(Step(i, n, kern, args, outs, dict(n.attrs), dt, dtype, cands, scalar_out=scalar,
-                          out_kernel=None if cands else _out_kernel(n, kern, dt, dtype)))
+        steps.append(
+            Step(
+                i,
+                n,
+                kern,
+                args,
+                outs,
+                dict(n.attrs),
+                dt,
+                dtype,
+                cands,
+                scalar_out=scalar,
+                out_kernel=None if cands else _out_kernel(n, kern, dt, dtype),
+            )
+        )
     deps = {pos[nid]: {pos[d] for d in ds} for nid, ds in deps_by_node.items()}
     output_slots = [slot(v) if isinstance(v, Value) else ("lit", v.value) for v in ir.outputs]
     state_index = {v.id: k for k, v in enumerate(ir.states)}
@@ -224,8 +252,20 @@ def lower(ir: GraphIR, config=None) -> Plan:
             steps[i].frees.append(s)
     for st in steps:
         st.frees.sort()
-    plan = Plan(ir.name, ir, steps, len(slot_of), input_slots, state_slots, host_slots, const_slots, output_slots,
-                update_slots, deps, names)
+    plan = Plan(
+        ir.name,
+        ir,
+        steps,
+        len(slot_of),
+        input_slots,
+        state_slots,
+        host_slots,
+        const_slots,
+        output_slots,
+        update_slots,
+        deps,
+        names,
+    )
     from flow.graph.pass_tables import plan_phases
 
     for _, phase in plan_phases():  # work on the scheduled plan (memory planning's arena, ...)

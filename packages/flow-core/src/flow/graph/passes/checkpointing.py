@@ -118,8 +118,9 @@ def _checkpoint(ir, name: str, seg: list) -> int:
             continue
         tags = dict(n.tags)
         tags.update(phase="backward", recompute_of=n.id)
-        c = ir.make_node(n.op, _clone_inputs(n, mapping), dict(n.attrs), [o.meta for o in n.outputs], n.loc,
-                         n.scope, tags)
+        c = ir.make_node(
+            n.op, _clone_inputs(n, mapping), dict(n.attrs), [o.meta for o in n.outputs], n.loc, n.scope, tags
+        )
         for o, co in zip(n.outputs, c.outputs):
             mapping[o.id] = co
             inherit_attrs(o, co)  # a recomputed value is the same value (its SBP, its AMP dtype)
@@ -141,11 +142,15 @@ def activation_checkpointing(ir, config=None):
             total += k
             segs += 1
     ir.meta.setdefault("pass_notes", {})["activation_checkpointing"] = (
-        f"{segs} segments of {', '.join(names) or 'no block'}: {total} nodes recomputed in backward")
+        f"{segs} segments of {', '.join(names) or 'no block'}: {total} nodes recomputed in backward"
+    )
     return ir
 
 
 def register(registry) -> None:
-    registry.register_pass("activation_checkpointing", activation_checkpointing,
-                           after=("constant_folding", "simplify", "cse", "dce", "amp"),
-                           before=("fusion", "memory_planning"))
+    registry.register_pass(
+        "activation_checkpointing",
+        activation_checkpointing,
+        after=("constant_folding", "simplify", "cse", "dce", "amp"),
+        before=("fusion", "memory_planning"),
+    )

@@ -77,4 +77,3 @@ def cse(ir, config=None):
     ir.remove_nodes(dead)
     ir.prune_unused_inputs()
     return ir
-

@@ -43,8 +43,7 @@ class FusedProgram:
 
     @cached_property
     def key(self) -> str:
-        text = repr((self.shape, self.inputs, [(o, a, t, d) for o, a, t, d in self.instrs], self.outputs,
-                     self.reduce))
+        text = repr((self.shape, self.inputs, [(o, a, t, d) for o, a, t, d in self.instrs], self.outputs, self.reduce))
         return hashlib.sha256(text.encode()).hexdigest()
 
     @cached_property
@@ -62,7 +61,7 @@ class FusedProgram:
         if op in ("sum", "mean"):
             keep = dict(attrs).get("keepdim", False)
             r = self.reduce
-            return tuple(self.shape[:len(self.shape) - r]) + ((1,) * r if keep else ())
+            return tuple(self.shape[: len(self.shape) - r]) + ((1,) * r if keep else ())
         return tuple(self.shape)
 
     def out_dtype(self, k: int) -> str:
@@ -75,8 +74,10 @@ class FusedProgram:
     def __repr__(self) -> str:
         dt = {"float32": "f32", "float64": "f64", "bool": "b1"}
         outs = ",".join(dt.get(self.out_dtype(k), "?") for k in range(len(self.outputs)))
-        return (f"<{'+'.join(self.ops)} over [{','.join(map(str, self.shape))}] -> {outs}"
-                f"{' reduce ' + str(self.reduce) if self.reduce else ''} #{self.key[:8]}>")
+        return (
+            f"<{'+'.join(self.ops)} over [{','.join(map(str, self.shape))}] -> {outs}"
+            f"{' reduce ' + str(self.reduce) if self.reduce else ''} #{self.key[:8]}>"
+        )
 
 
 # -- the op: meta rule, reference kernel, CPU kernel ------------------------------------------------
@@ -91,11 +92,13 @@ def _meta(inputs, program):
         raise OpError(FUSED_OP, f"the program takes {len(program.inputs)} inputs, got {len(inputs)}")
     for k, (x, (shape, dt)) in enumerate(zip(inputs, program.inputs)):
         if tuple(x.shape) != tuple(shape) or x.dtype.name != dt:
-            raise OpError(FUSED_OP, f"input {k} is {x.dtype.name}{list(x.shape)}, the program expects "
-                                    f"{dt}{list(shape)}")
+            raise OpError(
+                FUSED_OP, f"input {k} is {x.dtype.name}{list(x.shape)}, the program expects {dt}{list(shape)}"
+            )
     dev = inputs[0].device if inputs else None
-    metas = tuple(TensorMeta(program.out_shape(k), D.as_dtype(program.out_dtype(k)), dev)
-                  for k in range(len(program.outputs)))
+    metas = tuple(
+        TensorMeta(program.out_shape(k), D.as_dtype(program.out_dtype(k)), dev) for k in range(len(program.outputs))
+    )
     return metas[0] if len(metas) == 1 else metas
 
 
@@ -172,11 +175,19 @@ def _samples():
     for dt in ("float32", "float64"):
         x = flow_tensor(rng.standard_normal((3, 4)))
         b = flow_tensor(rng.standard_normal((4,)))
-        prog = FusedProgram((3, 4), (((3, 4), dt), ((4,), dt)),
-                            (("mul", (("i", 0), ("i", 1)), (), dt), ("add", (("t", 0), ("c", 0.5)), (), dt),
-                             ("tanh", (("t", 1),), (), dt), ("gt", (("t", 2), ("c", 0.0)), (), "bool"),
-                             ("sum", (("t", 2),), (("dim", (1,)), ("keepdim", False)), dt)),
-                            (2, 3, 4), reduce=1)
+        prog = FusedProgram(
+            (3, 4),
+            (((3, 4), dt), ((4,), dt)),
+            (
+                ("mul", (("i", 0), ("i", 1)), (), dt),
+                ("add", (("t", 0), ("c", 0.5)), (), dt),
+                ("tanh", (("t", 1),), (), dt),
+                ("gt", (("t", 2), ("c", 0.0)), (), "bool"),
+                ("sum", (("t", 2),), (("dim", (1,)), ("keepdim", False)), dt),
+            ),
+            (2, 3, 4),
+            reduce=1,
+        )
         out.append(SampleInput(([x, b],), {"program": prog}, grad=False, dtypes=(D.as_dtype(dt),)))
     from flow.errors import OpError
     from flow.testing import ErrorInput
@@ -197,9 +208,13 @@ def register_op(registry) -> None:
     from flow.registry import Attr, schema
     from flow.registry.ops import ANY
 
-    registry.register_op(schema(FUSED_OP, ["*inputs"], [Attr("program", object)], outputs=("*outs",), dtypes=ANY),
-                         _meta, None, samples=_samples,
-                         doc="A group of elementwise ops (and trailing reductions) as one loop.")
+    registry.register_op(
+        schema(FUSED_OP, ["*inputs"], [Attr("program", object)], outputs=("*outs",), dtypes=ANY),
+        _meta,
+        None,
+        samples=_samples,
+        doc="A group of elementwise ops (and trailing reductions) as one loop.",
+    )
 
 
 def register_kernels(registry) -> None:

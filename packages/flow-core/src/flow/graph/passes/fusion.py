@@ -81,8 +81,9 @@ class _Fuser:
         self.phase: dict[int, str] = {}
         for n in ir.nodes:
             ph = n.tags.get("phase", "forward")
-            if ph == "forward" and any(v.producer is not None and self.phase.get(v.producer.id) == "backward"
-                                       for v in n.input_values()):
+            if ph == "forward" and any(
+                v.producer is not None and self.phase.get(v.producer.id) == "backward" for v in n.input_values()
+            ):
                 ph = "backward"
             self.phase[n.id] = ph
         self.users = ir.users()
@@ -114,8 +115,12 @@ class _Fuser:
                 return False
             elif not isinstance(a.value if isinstance(a, Lit) else a, _NUM):
                 return False
-        if n.name == "cast" and _dtype_name(out) == "bool" and n.inputs[0].__class__ is Value \
-                and _dtype_name(n.inputs[0]) not in rule.dtypes:
+        if (
+            n.name == "cast"
+            and _dtype_name(out) == "bool"
+            and n.inputs[0].__class__ is Value
+            and _dtype_name(n.inputs[0]) not in rule.dtypes
+        ):
             return False
         return rule.attrs_supported(n.name, n.attrs)
 
@@ -179,8 +184,13 @@ class _Fuser:
                 for v in n.input_values():
                     p = v.producer
                     g = self.group_of.get(p.id) if p is not None else None
-                    if g is not None and g not in gids and self.groups[g]["shape"] == shape and \
-                            self.by_id[p.id].name not in self.reduction_ops and self.phase[p.id] == self.phase[n.id]:
+                    if (
+                        g is not None
+                        and g not in gids
+                        and self.groups[g]["shape"] == shape
+                        and self.by_id[p.id].name not in self.reduction_ops
+                        and self.phase[p.id] == self.phase[n.id]
+                    ):
                         gids.append(g)
                 if gids and self._join(n, gids, shape):
                     continue
@@ -192,8 +202,11 @@ class _Fuser:
             if r:
                 p = n.inputs[0].producer
                 g = self.group_of.get(p.id) if p is not None else None
-                if g is not None and self.groups[g]["shape"] == n.inputs[0].shape and \
-                        self.by_id[p.id].name not in self.reduction_ops:
+                if (
+                    g is not None
+                    and self.groups[g]["shape"] == n.inputs[0].shape
+                    and self.by_id[p.id].name not in self.reduction_ops
+                ):
                     self._join(n, [g], n.inputs[0].shape, r)
         out = []
         for g in self.groups.values():
@@ -213,8 +226,11 @@ class _Fuser:
         for n in nodes:
             o = n.outputs[0]
             us = self.users.get(o.id, ())
-            if o.id not in self.roots and any(u.id not in ids for u in us) and \
-                    all(self.phase[u.id] == self.phase[n.id] for u in us):
+            if (
+                o.id not in self.roots
+                and any(u.id not in ids for u in us)
+                and all(self.phase[u.id] == self.phase[n.id] for u in us)
+            ):
                 short += 1
         return short
 
@@ -227,8 +243,8 @@ class _Fuser:
             return nodes
         for length in range(k - 1, 1, -1):
             for i in range(k - length + 1):
-                if self._short_outputs(nodes[i:i + length]) <= self.max_outputs:
-                    return nodes[i:i + length]
+                if self._short_outputs(nodes[i : i + length]) <= self.max_outputs:
+                    return nodes[i : i + length]
         return nodes[:1]
 
     def _source(self, v: Value) -> Value:
@@ -268,8 +284,9 @@ class _Fuser:
             if outside or n.name in self.reduction_ops:
                 outputs.append(idx[o.id])
                 out_values.append(o)
-        prog = FusedProgram(tuple(shape), tuple((tuple(v.shape), _dtype_name(v)) for v in inputs), tuple(instrs),
-                            tuple(outputs), reduce)
+        prog = FusedProgram(
+            tuple(shape), tuple((tuple(v.shape), _dtype_name(v)) for v in inputs), tuple(instrs), tuple(outputs), reduce
+        )
         return prog, inputs, out_values
 
 
@@ -297,8 +314,9 @@ def fusion(ir, config=None):
         tags = {"phase": f.phase[last.id], "fused": [n.name for n in nodes]}
         if len(out_values) > 1:
             tags["multi_output"] = True
-        node = ir.make_node(op, [list(inputs)], {"program": prog}, [v.meta for v in out_values], last.loc,
-                            last.scope, tags)
+        node = ir.make_node(
+            op, [list(inputs)], {"program": prog}, [v.meta for v in out_values], last.loc, last.scope, tags
+        )
         for o, new in zip(out_values, node.outputs):
             mapping[o.id] = new
             inherit_attrs(o, new)
@@ -309,8 +327,16 @@ def fusion(ir, config=None):
     ir.replace_uses(mapping)
     _reorder(ir, f, dead, key, members)
     dce(ir, config)
-    _note(ir, "; ".join([f"{len(groups)} groups: {sum(len(g[0]) for g in groups)} nodes -> {len(groups)} fused "
-                         f"nodes ({n_before} -> {len(ir.nodes)} nodes)"] + notes))
+    _note(
+        ir,
+        "; ".join(
+            [
+                f"{len(groups)} groups: {sum(len(g[0]) for g in groups)} nodes -> {len(groups)} fused "
+                f"nodes ({n_before} -> {len(ir.nodes)} nodes)"
+            ]
+            + notes
+        ),
+    )
     return ir
 
 
@@ -386,6 +412,9 @@ def _reorder(ir, f: _Fuser, dead: set, key: dict, members: dict) -> None:
 
 
 def register(registry) -> None:
-    registry.register_pass("fusion", fusion, after=("constant_folding", "simplify", "cse", "dce",
-                                                    "activation_checkpointing", "amp"),
-                           before=("memory_planning",))
+    registry.register_pass(
+        "fusion",
+        fusion,
+        after=("constant_folding", "simplify", "cse", "dce", "activation_checkpointing", "amp"),
+        before=("memory_planning",),
+    )

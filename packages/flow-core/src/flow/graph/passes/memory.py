@@ -105,6 +105,7 @@ def allocate(intervals: list, alignment: int = ALIGN) -> tuple[list, int]:
     each in the smallest gap that fits among the values it overlaps in time (best fit); this is
     done for a few placement orders (largest first, earliest first, longest-lived first) and the
     smallest arena wins. Offsets are multiples of ``alignment``."""
+
     def up(n):
         return (n + alignment - 1) // alignment * alignment
 
@@ -225,8 +226,11 @@ def memory_planning(ir, config=None):
             n.tags["out_inplace"] = dict(choice)
             reused += len(choice)
     opts = getattr(config, "options", None) or {}
-    ir.meta["memory_planning"] = {"alignment": int(opts.get("memory_planning.alignment", ALIGN)), "inplace": reused,
-                                  "slack": float(opts.get("memory_planning.slack", 0.02))}
+    ir.meta["memory_planning"] = {
+        "alignment": int(opts.get("memory_planning.alignment", ALIGN)),
+        "inplace": reused,
+        "slack": float(opts.get("memory_planning.slack", 0.02)),
+    }
     ir.meta.setdefault("pass_notes", {})["memory_planning"] = f"{reused} outputs written in place of a dead input"
     return ir
 
@@ -336,10 +340,9 @@ def plan_memory(plan, config=None) -> None:
     by_size = sorted(cands, key=lambda c: -c[3])
     tries = []
     for frac in (1.0, 0.5, 0.25, 0.0):
-        chosen = by_size[:int(round(len(by_size) * frac))]
+        chosen = by_size[: int(round(len(by_size) * frac))]
         offsets, arenas, size = _allocate_by_device(chosen, align)
-        tries.append((size + _simulate(plan, steps, base, last, {c[0] for c in chosen}), chosen, offsets, arenas,
-                      size))
+        tries.append((size + _simulate(plan, steps, base, last, {c[0] for c in chosen}), chosen, offsets, arenas, size))
     low = min(t[0] for t in tries)
     _, cands, offsets, arenas, size = next(t for t in tries if t[0] <= low * (1 + slack))
     slots, devices = {}, {}
@@ -375,8 +378,12 @@ def plan_phase():
     """The arena as a plan phase: it runs on plans whose IR went through ``memory_planning``."""
     from flow.graph.pass_tables import PlanPhase
 
-    return PlanPhase(plan_memory, lambda plan: "memory_planning" in plan.ir.meta, order=100,
-                     doc="memory planning's arena: offsets and out= arguments")
+    return PlanPhase(
+        plan_memory,
+        lambda plan: "memory_planning" in plan.ir.meta,
+        order=100,
+        doc="memory planning's arena: offsets and out= arguments",
+    )
 
 
 def _simulate(plan, steps, base, last, skip: set) -> int:
@@ -412,8 +419,7 @@ def memory_report(plan) -> dict:
     # in-place optimizer updates) share their input's buffer; no in-place reuse
     plain = []
     for (ins, outs, alias), st in zip(steps, plan.steps):
-        keep = {o: a for o, a in alias.items()
-                if not st.node.tags.get("out_inplace") or st.node.name in ALIASING_OPS}
+        keep = {o: a for o, a in alias.items() if not st.node.tags.get("out_inplace") or st.node.name in ALIASING_OPS}
         plain.append((ins, outs, keep))
     base0, _, last0 = liveness(plain, roots)
     unplanned = _simulate(plan, plain, base0, last0, set())
@@ -425,8 +431,14 @@ def memory_report(plan) -> dict:
     base, _, last = liveness(steps, roots)
     outside = _simulate(plan, steps, base, last, set(mem.slots))
     inplace = sum(len(st.node.tags.get("out_inplace", {})) for st in plan.steps)
-    rep.update(planned=True, peak_bytes=mem.arena_bytes + outside, arena_bytes=mem.arena_bytes,
-               outside_peak_bytes=outside, values_in_arena=len(mem.slots), inplace_reuses=inplace)
+    rep.update(
+        planned=True,
+        peak_bytes=mem.arena_bytes + outside,
+        arena_bytes=mem.arena_bytes,
+        outside_peak_bytes=outside,
+        values_in_arena=len(mem.slots),
+        inplace_reuses=inplace,
+    )
     return rep
 
 
@@ -436,12 +448,16 @@ def format_report(rep: dict) -> str:
 
     if not rep.get("planned"):
         return f"memory: peak {mb(rep['peak_bytes'])} of intermediate values (no memory planning)"
-    return (f"memory: peak {mb(rep['peak_bytes'])} (arena {mb(rep['arena_bytes'])} for {rep['values_in_arena']} "
-            f"values + {mb(rep['outside_peak_bytes'])} outside it; {rep['inplace_reuses']} in-place), "
-            f"without planning {mb(rep['peak_bytes_unplanned'])}")
+    return (
+        f"memory: peak {mb(rep['peak_bytes'])} (arena {mb(rep['arena_bytes'])} for {rep['values_in_arena']} "
+        f"values + {mb(rep['outside_peak_bytes'])} outside it; {rep['inplace_reuses']} in-place), "
+        f"without planning {mb(rep['peak_bytes_unplanned'])}"
+    )
 
 
 def register(registry) -> None:
-    registry.register_pass("memory_planning", memory_planning,
-                           after=("constant_folding", "simplify", "cse", "dce", "fusion", "activation_checkpointing",
-                                  "amp"))
+    registry.register_pass(
+        "memory_planning",
+        memory_planning,
+        after=("constant_folding", "simplify", "cse", "dce", "fusion", "activation_checkpointing", "amp"),
+    )

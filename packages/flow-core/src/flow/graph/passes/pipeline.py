@@ -57,14 +57,21 @@ def run_pipeline(ir, config, log: list | None = None, keep_text: bool = False):
         t0 = time.perf_counter()
         out = entry.fn(ir, config)
         if out is None:
-            raise FlowError(f"graph pass '{entry.name}' (plugin '{entry.plugin}') returned None; a pass returns "
-                            "the IR")
+            raise FlowError(f"graph pass '{entry.name}' (plugin '{entry.plugin}') returned None; a pass returns the IR")
         try:
             out.verify()
         except FlowError as e:
             raise FlowError(f"graph pass '{entry.name}' (plugin '{entry.plugin}') produced an invalid IR: {e}") from e
         ir = out
         if log is not None:
-            log.append(PassRecord(entry.name, True, len(ir.nodes), ir.op_counts(), time.perf_counter() - t0,
-                                  str(ir) if keep_text else ""))
+            log.append(
+                PassRecord(
+                    entry.name,
+                    True,
+                    len(ir.nodes),
+                    ir.op_counts(),
+                    time.perf_counter() - t0,
+                    str(ir) if keep_text else "",
+                )
+            )
     return ir

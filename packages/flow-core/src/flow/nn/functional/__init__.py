@@ -11,8 +11,18 @@ from flow.ops.padding import pad
 from flow.ops.shape_ops import one_hot
 from flow.ops.unary import gelu, relu, sigmoid, silu, softplus, tanh
 
-_FAMILIES = ("activation", "conv", "pooling", "interpolate", "normalization", "dropout", "sparse", "loss",
-             "attention", "linear")
+_FAMILIES = (
+    "activation",
+    "conv",
+    "pooling",
+    "interpolate",
+    "normalization",
+    "dropout",
+    "sparse",
+    "loss",
+    "attention",
+    "linear",
+)
 
 __all__ = ["gelu", "relu", "sigmoid", "silu", "softplus", "tanh", "pad", "one_hot"]
 

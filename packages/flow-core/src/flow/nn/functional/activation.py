@@ -18,10 +18,40 @@ from flow.ops.unary import relu as _relu
 
 # gelu, sigmoid, tanh and softplus (flow.ops.unary) are exported by the package; relu and silu are redefined
 # here with PyTorch's ``inplace`` argument
-__all__ = ["softmax", "log_softmax", "softmin", "silu", "relu", "relu_",
-           "leaky_relu", "leaky_relu_", "elu", "elu_", "selu", "selu_", "celu", "celu_", "hardtanh", "hardtanh_",
-           "relu6", "hardswish", "hardsigmoid", "mish", "softsign", "tanhshrink", "glu", "logsigmoid", "prelu",
-           "rrelu", "rrelu_", "threshold", "threshold_", "hardshrink", "softshrink", "gumbel_softmax"]
+__all__ = [
+    "softmax",
+    "log_softmax",
+    "softmin",
+    "silu",
+    "relu",
+    "relu_",
+    "leaky_relu",
+    "leaky_relu_",
+    "elu",
+    "elu_",
+    "selu",
+    "selu_",
+    "celu",
+    "celu_",
+    "hardtanh",
+    "hardtanh_",
+    "relu6",
+    "hardswish",
+    "hardsigmoid",
+    "mish",
+    "softsign",
+    "tanhshrink",
+    "glu",
+    "logsigmoid",
+    "prelu",
+    "rrelu",
+    "rrelu_",
+    "threshold",
+    "threshold_",
+    "hardshrink",
+    "softshrink",
+    "gumbel_softmax",
+]
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -215,7 +245,7 @@ def _halves(x, d):
 
     n = x.shape[d] // 2
     shape = tuple(x.shape)
-    xs = x.reshape(shape[:d] + (2, n) + shape[d + 1:])
+    xs = x.reshape(shape[:d] + (2, n) + shape[d + 1 :])
     xl = xs.permute(*([i for i in range(xs.ndim) if i != d] + [d]))
     return matmul(xl, _unit(x, 0)), matmul(xl, _unit(x, 1))
 
@@ -286,4 +316,3 @@ def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e
         onehot[...] = 1.0
     y_hard = flow.tensor(onehot, dtype=y.dtype, device=y.device)
     return y_hard - y.detach() + y
-

@@ -32,22 +32,26 @@ def _check(query, key, value, attn_mask, dropout_p):
         if not t.dtype.is_floating_point:
             raise OpTypeError(op, f"'{name}' must be a floating-point tensor, got {t.dtype}")
     if not (query.dtype == key.dtype == value.dtype):
-        raise OpTypeError(op, f"query, key and value must have the same dtype, got {query.dtype}, {key.dtype} and "
-                              f"{value.dtype}")
+        raise OpTypeError(
+            op, f"query, key and value must have the same dtype, got {query.dtype}, {key.dtype} and {value.dtype}"
+        )
     if query.shape[-1] != key.shape[-1]:
-        raise OpError(op, f"query and key must have the same embedding size, got {tuple(query.shape)} and "
-                          f"{tuple(key.shape)}")
+        raise OpError(
+            op, f"query and key must have the same embedding size, got {tuple(query.shape)} and {tuple(key.shape)}"
+        )
     if key.shape[-2] != value.shape[-2]:
-        raise OpError(op, f"key and value must have the same sequence length, got {tuple(key.shape)} and "
-                          f"{tuple(value.shape)}")
+        raise OpError(
+            op, f"key and value must have the same sequence length, got {tuple(key.shape)} and {tuple(value.shape)}"
+        )
     if not 0.0 <= float(dropout_p) <= 1.0:
         raise OpError(op, f"'dropout_p' must be in [0, 1], got {dropout_p}")
     if attn_mask is not None:
         if not isinstance(attn_mask, Tensor):
             raise OpTypeError(op, f"'attn_mask' must be a Tensor, got {type(attn_mask).__name__}")
         if attn_mask.dtype.name != "bool" and attn_mask.dtype != query.dtype:
-            raise OpTypeError(op, f"'attn_mask' must be bool or have the query's dtype {query.dtype}, got "
-                                  f"{attn_mask.dtype}")
+            raise OpTypeError(
+                op, f"'attn_mask' must be bool or have the query's dtype {query.dtype}, got {attn_mask.dtype}"
+            )
         want = (query.shape[-2], key.shape[-2])
         M.broadcast_shapes(op, tuple(attn_mask.shape), tuple(query.shape[:-2]) + want)
 
@@ -58,8 +62,16 @@ def _repeat_heads(t, groups: int):
     return t.unsqueeze(-3).expand(*(s[:-2] + (groups,) + s[-2:])).reshape(s[:-3] + (s[-3] * groups,) + s[-2:])
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale: float | None = None, enable_gqa: bool = False):
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+):
     """``softmax(q @ k^T * scale + mask) @ v`` over (..., L, E) query and (..., S, E) key / (..., S, Ev) value.
 
     ``attn_mask``: bool (True = may attend) or an additive float mask, broadcastable to (..., L, S);

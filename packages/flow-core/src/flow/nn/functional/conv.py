@@ -105,8 +105,7 @@ def _conv_transposend(op, nd, input, weight, bias, stride, padding, output_paddi
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise OpError(op, f"'groups' must be a positive int, got {groups!r}")
     if isinstance(padding, str):
-        raise OpError(op, f"'padding' must be an int or a tuple of ints for a transposed convolution, got "
-                          f"{padding!r}")
+        raise OpError(op, f"'padding' must be an int or a tuple of ints for a transposed convolution, got {padding!r}")
     st = ntuple(op, "stride", stride, nd, 1)
     dil = ntuple(op, "dilation", dilation, nd, 1)
     pad = ntuple(op, "padding", padding, nd, 0)
@@ -118,8 +117,11 @@ def _conv_transposend(op, nd, input, weight, bias, stride, padding, output_paddi
     x = input.unsqueeze(0) if unbatched else input
     cin, cout_g = weight.shape[0], weight.shape[1]
     if x.shape[1] != cin:
-        raise OpError(op, f"expected 'input' with {cin} channels (weight.shape[0]), got {x.shape[1]} channels "
-                          f"(input shape {tuple(x.shape)}, weight shape {tuple(weight.shape)})")
+        raise OpError(
+            op,
+            f"expected 'input' with {cin} channels (weight.shape[0]), got {x.shape[1]} channels "
+            f"(input shape {tuple(x.shape)}, weight shape {tuple(weight.shape)})",
+        )
     if cin % groups:
         raise OpError(op, f"'weight' has {cin} input channels, which is not divisible by groups={groups}")
     if bias is not None and tuple(bias.shape) != (cout_g * groups,):
@@ -129,16 +131,27 @@ def _conv_transposend(op, nd, input, weight, bias, stride, padding, output_paddi
     for L, k, s, p, o, d in zip(x.shape[2:], ks, st, pad, opad, dil):
         size = (L - 1) * s - 2 * p + d * (k - 1) + o + 1
         if size < 1:
-            raise OpError(op, f"the output size would be {size} (< 1) for input size {L}, kernel {k}, stride {s}, "
-                              f"padding {p}, dilation {d}, output_padding {o}")
+            raise OpError(
+                op,
+                f"the output size would be {size} (< 1) for input size {L}, kernel {k}, stride {s}, "
+                f"padding {p}, dilation {d}, output_padding {o}",
+            )
         out_size.append(size)
         pads += [p, p - max(0, o - s + 1)]  # output_padding >= stride (dilation > stride): crop the far side
     w = weight
     if nd == 1:
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         st, dil, pads, out_size = (1,) + st, (1,) + dil, [0, 0] + pads, [1] + out_size
-    out = call(C.CONV2D_BACKWARD_INPUT, x, w, input_size=tuple(out_size), stride=st, padding=tuple(pads),
-               dilation=dil, groups=groups)
+    out = call(
+        C.CONV2D_BACKWARD_INPUT,
+        x,
+        w,
+        input_size=tuple(out_size),
+        stride=st,
+        padding=tuple(pads),
+        dilation=dil,
+        groups=groups,
+    )
     if bias is not None:
         out = out + bias.reshape((1, -1) + (1,) * (out.ndim - 2))
     if nd == 1:
@@ -148,11 +161,13 @@ def _conv_transposend(op, nd, input, weight, bias, stride, padding, output_paddi
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """Transposed 2-d convolution (the adjoint of conv2d in its input); weight is (C_in, C_out/groups, kH, kW)."""
-    return _conv_transposend("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
-                             dilation)
+    return _conv_transposend(
+        "conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """Transposed 1-d convolution; weight is (C_in, C_out/groups, k)."""
-    return _conv_transposend("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
-                             dilation)
+    return _conv_transposend(
+        "conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )

@@ -50,10 +50,17 @@ def _mask_samples():
     yield ErrorInput((uniform((3, 4)),), dict(shape=(3, 4), p=1.5), OpError, "'p' must be a probability")
 
 
-bernoulli_mask = defop("bernoulli_mask", ["input"], [Attr("shape", tuple, (), items=int), Attr("p", float, 0.5),
-                                                     Attr("scale", float, 1.0)],
-                       meta=_mask_meta, dtypes=FLOAT, save="none", samples=_mask_samples, nondeterministic=True,
-                       doc="dropout keep mask (0 or scale, input's dtype) drawn from the default generator")
+bernoulli_mask = defop(
+    "bernoulli_mask",
+    ["input"],
+    [Attr("shape", tuple, (), items=int), Attr("p", float, 0.5), Attr("scale", float, 1.0)],
+    meta=_mask_meta,
+    dtypes=FLOAT,
+    save="none",
+    samples=_mask_samples,
+    nondeterministic=True,
+    doc="dropout keep mask (0 or scale, input's dtype) drawn from the default generator",
+)
 
 
 @kernel(bernoulli_mask)
@@ -104,8 +111,11 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
 def _feature_shape(op, input, spatial: int):
     nd = input.ndim
     if nd not in (spatial + 1, spatial + 2):
-        raise OpError(op, f"expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got shape "
-                          f"{tuple(input.shape)}")
+        raise OpError(
+            op,
+            f"expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got shape "
+            f"{tuple(input.shape)}",
+        )
     lead = 1 if nd == spatial + 1 else 2
     return tuple(input.shape[:lead]) + (1,) * (nd - lead)
 
@@ -133,7 +143,7 @@ def _alpha(op, input, p, training, inplace, shape):
     if p == 1.0:
         return _finish(input, lambda x: x * 0.0, op, inplace)
     keep = _keep_mask(input, shape, p, 1.0)  # 0/1 of the input's dtype: the same op as dropout's
-    a = 1.0 / ((_SELU_ALPHA_PRIME ** 2 * p + 1.0) * (1.0 - p)) ** 0.5
+    a = 1.0 / ((_SELU_ALPHA_PRIME**2 * p + 1.0) * (1.0 - p)) ** 0.5
     mul = keep * a
     add = (keep - 1.0) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
     return _finish(input, lambda x: x * mul + add, op, inplace)

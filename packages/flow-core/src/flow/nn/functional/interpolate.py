@@ -77,15 +77,19 @@ def _sizes(op, x, size, scale_factor, recompute_scale_factor):
     else:
         vals = tuple(scale_factor) if isinstance(scale_factor, (list, tuple)) else (scale_factor,) * nd
         if len(vals) != nd or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in vals):
-            raise OpError(op, f"'scale_factor' must be a number or {nd} numbers for a {x.ndim}-d input, got "
-                              f"{scale_factor!r}")
+            raise OpError(
+                op, f"'scale_factor' must be a number or {nd} numbers for a {x.ndim}-d input, got {scale_factor!r}"
+            )
         if any(not v > 0 or not math.isfinite(v) for v in vals):
             raise OpError(op, f"'scale_factor' must be positive and finite, got {scale_factor!r}")
         out = tuple(int(math.floor(float(L) * float(s))) for L, s in zip(in_size, vals))
         scales = (None,) * nd if recompute_scale_factor else tuple(float(v) for v in vals)
     if any(o < 1 for o in out):
-        raise OpError(op, f"the output size {out} must be >= 1 (input spatial size {in_size}, size={size!r}, "
-                          f"scale_factor={scale_factor!r})")
+        raise OpError(
+            op,
+            f"the output size {out} must be >= 1 (input spatial size {in_size}, size={size!r}, "
+            f"scale_factor={scale_factor!r})",
+        )
     return in_size, out, scales
 
 
@@ -107,14 +111,21 @@ def apply_separable(x, mats):
             out = out.matmul(_const(np.ascontiguousarray(A.T), x))
         else:
             shp = tuple(out.shape)
-            rest = int(np.prod(shp[3 + k:]))
-            y = _const(A, x).matmul(out.reshape(shp[:2 + k] + (shp[2 + k], rest)))
-            out = y.reshape(shp[:2 + k] + (A.shape[0],) + shp[3 + k:])
+            rest = int(np.prod(shp[3 + k :]))
+            y = _const(A, x).matmul(out.reshape(shp[: 2 + k] + (shp[2 + k], rest)))
+            out = y.reshape(shp[: 2 + k] + (A.shape[0],) + shp[3 + k :])
     return out
 
 
-def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                recompute_scale_factor=None, antialias=False):
+def interpolate(
+    input,
+    size=None,
+    scale_factor=None,
+    mode="nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias=False,
+):
     """Resize a 3-d, 4-d or 5-d (N, C, *spatial) input to ``size`` or by ``scale_factor``.
 
     Modes: ``nearest``, ``nearest-exact``, ``linear`` (3-d), ``bilinear`` (4-d), ``trilinear`` (5-d),
@@ -133,11 +144,17 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     nd = input.ndim - 2
     if mode in _LINEAR_DIMS:
         if _LINEAR_DIMS[mode] != nd:
-            raise OpError(op, f"mode '{mode}' needs a {_LINEAR_DIMS[mode] + 2}-d input, got a {input.ndim}-d input "
-                              f"of shape {tuple(input.shape)}")
+            raise OpError(
+                op,
+                f"mode '{mode}' needs a {_LINEAR_DIMS[mode] + 2}-d input, got a {input.ndim}-d input "
+                f"of shape {tuple(input.shape)}",
+            )
     elif align_corners is not None:
-        raise OpError(op, "'align_corners' can only be set with the linear modes (linear, bilinear, trilinear), "
-                          f"not with mode '{mode}'")
+        raise OpError(
+            op,
+            "'align_corners' can only be set with the linear modes (linear, bilinear, trilinear), "
+            f"not with mode '{mode}'",
+        )
     in_size, out_size, scales = _sizes(op, input, size, scale_factor, recompute_scale_factor)
     if mode == "area":
         from flow.nn.functional.pooling import adaptive_avg_pool1d, adaptive_avg_pool2d, averaging_matrix

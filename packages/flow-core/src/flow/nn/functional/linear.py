@@ -20,14 +20,16 @@ def linear(input, weight, bias=None):
     _tensor("linear", "input", input)
     _tensor("linear", "weight", weight)
     if weight.ndim not in (1, 2):
-        raise OpError("linear", f"'weight' must be 1-d or 2-d (out_features, in_features), got shape "
-                                f"{tuple(weight.shape)}")
+        raise OpError(
+            "linear", f"'weight' must be 1-d or 2-d (out_features, in_features), got shape {tuple(weight.shape)}"
+        )
     k = weight.shape[-1]
     if input.ndim == 0 or input.shape[-1] != k:
         raise OpError("linear", f"'input' last dim must be in_features={k}, got shape {tuple(input.shape)}")
     if input.dtype != weight.dtype:
-        raise OpTypeError("linear", f"'input' and 'weight' must have the same dtype, got {input.dtype} and "
-                                    f"{weight.dtype}")
+        raise OpTypeError(
+            "linear", f"'input' and 'weight' must have the same dtype, got {input.dtype} and {weight.dtype}"
+        )
     if bias is not None:
         _tensor("linear", "bias", bias)
         want = (weight.shape[0],) if weight.ndim == 2 else ()
@@ -55,8 +57,11 @@ def bilinear(input1, input2, weight, bias=None):
         raise OpError("bilinear", f"'weight' must be 3-d (out, in1, in2), got shape {tuple(weight.shape)}")
     o, i1, i2 = weight.shape
     if input1.ndim == 0 or input1.shape[-1] != i1 or input2.ndim == 0 or input2.shape[-1] != i2:
-        raise OpError("bilinear", f"input features must be ({i1}, {i2}) for weight {tuple(weight.shape)}, got "
-                                  f"{tuple(input1.shape)} and {tuple(input2.shape)}")
+        raise OpError(
+            "bilinear",
+            f"input features must be ({i1}, {i2}) for weight {tuple(weight.shape)}, got "
+            f"{tuple(input1.shape)} and {tuple(input2.shape)}",
+        )
     if tuple(input1.shape[:-1]) != tuple(input2.shape[:-1]):
         raise OpError("bilinear", f"input batch dims must match, got {tuple(input1.shape)} and {tuple(input2.shape)}")
     lead = tuple(input1.shape[:-1])

@@ -19,19 +19,38 @@ from flow.ops.nn_act import log_softmax
 from flow.ops.nn_bce import binary_cross_entropy as _bce
 from flow.ops.unary import exp, log, relu, softplus
 
-__all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-           "binary_cross_entropy_with_logits", "kl_div", "margin_ranking_loss", "soft_margin_loss",
-           "hinge_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss", "cosine_embedding_loss",
-           "triplet_margin_loss", "multilabel_soft_margin_loss", "cosine_similarity", "pairwise_distance", "ctc_loss"]
-
+__all__ = [
+    "cross_entropy",
+    "nll_loss",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
+    "margin_ranking_loss",
+    "soft_margin_loss",
+    "hinge_embedding_loss",
+    "poisson_nll_loss",
+    "gaussian_nll_loss",
+    "cosine_embedding_loss",
+    "triplet_margin_loss",
+    "multilabel_soft_margin_loss",
+    "cosine_similarity",
+    "pairwise_distance",
+    "ctc_loss",
+]
 
 
 def legacy_reduction(size_average, reduce, reduction: str) -> str:
     """PyTorch's mapping of the deprecated ``size_average`` / ``reduce`` flags to ``reduction``."""
     if size_average is None and reduce is None:
         return reduction
-    warnings.warn("size_average and reduce args will be deprecated, please use reduction='mean'/'sum'/'none' "
-                  "instead.", stacklevel=3)
+    warnings.warn(
+        "size_average and reduce args will be deprecated, please use reduction='mean'/'sum'/'none' instead.",
+        stacklevel=3,
+    )
     sa = True if size_average is None else size_average
     rd = True if reduce is None else reduce
     return "mean" if sa and rd else "sum" if rd else "none"
@@ -70,9 +89,12 @@ def _pair(op, input, target, reduction, size_average=None, reduce=None):
     _check_reduction(op, reduction)
     if tuple(input.shape) != tuple(target.shape):
         M.broadcast_shapes(op, tuple(input.shape), tuple(target.shape))
-        warnings.warn(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
-                      f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
-                      "Please ensure they have the same size.", stacklevel=3)
+        warnings.warn(
+            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
+            "Please ensure they have the same size.",
+            stacklevel=3,
+        )
     return reduction
 
 
@@ -88,8 +110,16 @@ def _weighted(op, loss, weight, input, reduction, mean_by_weight: bool):
 
 
 # -- classification ---------------------------------------------------------------------------------------
-def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
-                  reduction: str = "mean", label_smoothing: float = 0.0):
+def cross_entropy(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+):
     """Cross entropy between logits ``input`` (class dim 1, or 0 for 1-d) and class indices or class
     probabilities ``target``; ``weight`` per class, ``label_smoothing`` in [0, 1]."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -103,8 +133,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     # class probabilities
     _float("cross_entropy", "input", input)
     if tuple(target.shape) != tuple(input.shape):
-        raise OpError("cross_entropy", f"probability 'target' must have the input's shape {tuple(input.shape)}, "
-                                       f"got {tuple(target.shape)}")
+        raise OpError(
+            "cross_entropy",
+            f"probability 'target' must have the input's shape {tuple(input.shape)}, got {tuple(target.shape)}",
+        )
     cdim = 0 if input.ndim == 1 else 1
     c = input.shape[cdim]
     logp = log_softmax(input, cdim)
@@ -121,8 +153,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     return _reduce(loss, reduction)
 
 
-def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
-             reduction: str = "mean"):
+def nll_loss(
+    input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None, reduction: str = "mean"
+):
     """Negative log-likelihood of class indices ``target`` given log-probabilities ``input``."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     _tensor("nll_loss", "input", input)
@@ -159,8 +192,9 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
-                                     reduction: str = "mean", pos_weight=None):
+def binary_cross_entropy_with_logits(
+    input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None
+):
     """Sigmoid + binary cross entropy in one stable formula; ``pos_weight`` weighs positives per class."""
     op = "binary_cross_entropy_with_logits"
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -196,10 +230,12 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     _check_reduction(op, reduction, ("none", "mean", "sum", "batchmean"))
     M.broadcast_shapes(op, tuple(input.shape), tuple(target.shape))
     if reduction == "mean":
-        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
-                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
-                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
-                      stacklevel=2)
+        warnings.warn(
+            "reduction: 'mean' divides the total loss by both the batch size and the support size."
+            "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+            "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+            stacklevel=2,
+        )
     if log_target:
         loss = exp(target) * (target - input)
     else:
@@ -244,8 +280,16 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     return _weighted("huber_loss", loss, weight, input, reduction, False)
 
 
-def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, size_average=None,
-                     eps: float = 1e-8, reduce=None, reduction: str = "mean"):
+def poisson_nll_loss(
+    input,
+    target,
+    log_input: bool = True,
+    full: bool = False,
+    size_average=None,
+    eps: float = 1e-8,
+    reduce=None,
+    reduction: str = "mean",
+):
     """Poisson negative log-likelihood (Stirling term with ``full=True``)."""
     reduction = _pair("poisson_nll_loss", input, target, reduction, size_average, reduce)
     loss = exp(input) - target * input if log_input else input - target * log(input + eps)
@@ -288,8 +332,9 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
 
 
 # -- margin / embedding losses ---------------------------------------------------------------------------------
-def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
-                        reduction: str = "mean"):
+def margin_ranking_loss(
+    input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"
+):
     """``max(0, -y (x1 - x2) + margin)``."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("margin_ranking_loss", reduction)
@@ -303,8 +348,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: s
     return _reduce(softplus(-target * input), reduction)
 
 
-def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
-                         reduction: str = "mean"):
+def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean"):
     """``x`` where ``y == 1``, ``max(0, margin - x)`` where ``y == -1``."""
     reduction = _pair("hinge_embedding_loss", input, target, reduction, size_average, reduce)
     zeros = input * 0.0
@@ -313,8 +357,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     return _reduce(pos + neg, reduction)
 
 
-def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
-                                reduction: str = "mean"):
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
     """Per-class binary logistic loss averaged over classes."""
     reduction = _pair("multilabel_soft_margin_loss", input, target, reduction, size_average, reduce)
     loss = -(target * -softplus(-input) + (1.0 - target) * -softplus(input))
@@ -353,8 +396,9 @@ def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool =
     return vector_norm(x1 - x2 + eps, p, max(nd - 1, 0), keepdim)
 
 
-def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
-                          reduction: str = "mean"):
+def cosine_embedding_loss(
+    input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"
+):
     """``1 - cos`` for ``y == 1``, ``max(0, cos - margin)`` for ``y == -1``."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("cosine_embedding_loss", reduction)
@@ -371,8 +415,18 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     return _reduce(loss, reduction)
 
 
-def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2, eps: float = 1e-6,
-                        swap: bool = False, size_average=None, reduce=None, reduction: str = "mean"):
+def triplet_margin_loss(
+    anchor,
+    positive,
+    negative,
+    margin: float = 1.0,
+    p: float = 2,
+    eps: float = 1e-6,
+    swap: bool = False,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+):
     """``max(d(a, p) - d(a, n) + margin, 0)`` with pairwise distances."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("triplet_margin_loss", reduction)
@@ -385,8 +439,15 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     return _reduce(relu(d_pos - d_neg + margin), reduction)
 
 
-def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, reduction: str = "mean",
-             zero_infinity: bool = False):
+def ctc_loss(
+    log_probs,
+    targets,
+    input_lengths,
+    target_lengths,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+):
     """Connectionist temporal classification loss (see :mod:`flow.ops.nn_ctc`)."""
     from flow.ops.nn_ctc import ctc_loss as _ctc
 

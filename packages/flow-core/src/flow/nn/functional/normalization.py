@@ -19,8 +19,7 @@ from flow.ops.clamp_where import clamp, where
 from flow.ops.nn_norm import layer_norm
 from flow.ops.unary import rsqrt, sqrt
 
-__all__ = ["layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm", "local_response_norm",
-           "normalize"]
+__all__ = ["layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm", "local_response_norm", "normalize"]
 
 
 def _check(op, x, min_ndim=2):
@@ -58,12 +57,21 @@ def _affine(y, weight, bias, shape):
 
 def _update(running, new, momentum: float) -> None:
     with no_grad():
-        running.copy_(running * (1.0 - momentum) + new.detach().reshape(tuple(running.shape)).to(running.dtype)
-                      * momentum)
+        running.copy_(
+            running * (1.0 - momentum) + new.detach().reshape(tuple(running.shape)).to(running.dtype) * momentum
+        )
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5):
+def batch_norm(
+    input,
+    running_mean,
+    running_var,
+    weight=None,
+    bias=None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+):
     """Normalise each channel (dim 1) over the batch and spatial dims.
 
     In training (or without running statistics) the batch statistics are used and, when given,
@@ -73,8 +81,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     op = "batch_norm"
     _check(op, input)
     c = input.shape[1]
-    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
-                    ("bias", bias)):
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
         _check_vec(op, name, t, c, input)
     for name, v in (("momentum", momentum), ("eps", eps)):  # checked before the running statistics change
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
@@ -84,8 +91,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if training or running_mean is None or running_var is None:
         n = input.numel() // max(c, 1)
         if training and n <= 1:
-            raise OpError(op, f"expected more than 1 value per channel when training, got input size "
-                              f"{tuple(input.shape)}")
+            raise OpError(
+                op, f"expected more than 1 value per channel when training, got input size {tuple(input.shape)}"
+            )
         if momentum is None:
             raise OpTypeError(op, "'momentum' must be a float (modules pass their cumulative-average factor)")
         mean = input.mean(dims, keepdim=True)
@@ -119,14 +127,21 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     return _affine(y.reshape(tuple(input.shape)), weight, bias, _channel_shape(input))
 
 
-def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats: bool = True,
-                  momentum: float = 0.1, eps: float = 1e-5):
+def instance_norm(
+    input,
+    running_mean=None,
+    running_var=None,
+    weight=None,
+    bias=None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+):
     """Normalise each (sample, channel) over its spatial dims; running statistics as ``batch_norm``."""
     op = "instance_norm"
     _check(op, input, 3 if use_input_stats else 2)
     n, c = input.shape[0], input.shape[1]
-    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
-                    ("bias", bias)):
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
         _check_vec(op, name, t, c, input)
     if not use_input_stats:
         if running_mean is None or running_var is None:
@@ -153,12 +168,14 @@ def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
     """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape`` dims (PyTorch 2.4+)."""
     op = "rms_norm"
     _check(op, input, 1)
-    nshape = (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(int(s) for s in
-                                                                                      normalized_shape)
+    nshape = (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
     k = len(nshape)
-    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k:]) != nshape:
-        raise OpError(op, f"'normalized_shape' {nshape} must match the trailing dims of the input, got input "
-                          f"shape {tuple(input.shape)}")
+    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k :]) != nshape:
+        raise OpError(
+            op,
+            f"'normalized_shape' {nshape} must match the trailing dims of the input, got input "
+            f"shape {tuple(input.shape)}",
+        )
     if weight is not None and tuple(weight.shape) != nshape:
         raise OpError(op, f"'weight' must have shape {nshape}, got {tuple(weight.shape)}")
     if eps is None:

@@ -14,8 +14,18 @@ from flow.errors import OpError, OpTypeError
 from flow.nn.functional.conv import check_input, ntuple
 from flow.ops import nn_pool as P
 
-__all__ = ["max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-           "adaptive_max_pool1d", "adaptive_max_pool2d", "max_unpool1d", "max_unpool2d"]
+__all__ = [
+    "max_pool1d",
+    "max_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "max_unpool1d",
+    "max_unpool2d",
+]
 
 
 def _batched(x, nd: int):
@@ -35,8 +45,11 @@ def _batched(x, nd: int):
 
 def _window_args(op, nd, kernel_size, stride, padding, dilation):
     ks = ntuple(op, "kernel_size", kernel_size, nd, 1)
-    st = ks if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else \
-        ntuple(op, "stride", stride, nd, 1)
+    st = (
+        ks
+        if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0)
+        else ntuple(op, "stride", stride, nd, 1)
+    )
     pad = ntuple(op, "padding", padding, nd, 0)
     dil = ntuple(op, "dilation", dilation, nd, 1)
     return ks, st, pad, dil
@@ -80,16 +93,26 @@ def _avg_pool(op, nd, input, kernel_size, stride, padding, ceil_mode, count_incl
     P.check_pool_params(op, tuple(input.shape[-nd:]), ks, st, pad, dil, bool(ceil_mode))
     x, undo = _batched(input, nd)
     ks, st, pad = _to2d(nd, ks, st, pad)
-    out = call(P.AVG_POOL2D, x, kernel_size=ks, stride=st, padding=pad, ceil_mode=bool(ceil_mode),
-               count_include_pad=bool(count_include_pad), divisor_override=divisor_override)
+    out = call(
+        P.AVG_POOL2D,
+        x,
+        kernel_size=ks,
+        stride=st,
+        padding=pad,
+        ceil_mode=bool(ceil_mode),
+        count_include_pad=bool(count_include_pad),
+        divisor_override=divisor_override,
+    )
     return undo(out)
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
+def avg_pool2d(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     """2-d average pooling of an (N, C, H, W) or (C, H, W) input."""
-    return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override)
+    return _avg_pool(
+        "avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
@@ -143,8 +166,18 @@ def _adaptive_avg(op, nd, input, output_size):
     in2, out2 = tuple(x.shape[2:]), ((1,) + out_size if nd == 1 else out_size)
     if all(L % n == 0 for L, n in zip(in2, out2)):
         k = tuple(L // n for L, n in zip(in2, out2))
-        return undo(call(P.AVG_POOL2D, x, kernel_size=k, stride=k, padding=(0, 0), ceil_mode=False,
-                         count_include_pad=True, divisor_override=None))
+        return undo(
+            call(
+                P.AVG_POOL2D,
+                x,
+                kernel_size=k,
+                stride=k,
+                padding=(0, 0),
+                ceil_mode=False,
+                count_include_pad=True,
+                divisor_override=None,
+            )
+        )
     (H, W), (Ho, Wo) = in2, out2
     out = x
     if Wo != W:

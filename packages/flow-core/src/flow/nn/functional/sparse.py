@@ -59,8 +59,15 @@ def _renorm_(op, weight, indices, max_norm, norm_type) -> None:
     weight._version[0] += 1
 
 
-def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-              sparse: bool = False):
+def embedding(
+    input,
+    weight,
+    padding_idx=None,
+    max_norm=None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+):
     """Rows of ``weight`` at the indices in ``input``; ``padding_idx``'s row gets no gradient.
 
     ``max_norm`` renormalises the looked-up rows of ``weight`` in place first (as PyTorch);
@@ -69,17 +76,28 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float =
     _tensor("embedding", "input", input)
     _tensor("embedding", "weight", weight)
     if weight.ndim != 2:
-        raise OpError("embedding", f"'weight' must be 2-d (num_embeddings, embedding_dim), got shape "
-                                   f"{tuple(weight.shape)}")
+        raise OpError(
+            "embedding", f"'weight' must be 2-d (num_embeddings, embedding_dim), got shape {tuple(weight.shape)}"
+        )
     pad = _padding("embedding", padding_idx, weight.shape[0])
     if max_norm is not None:
         _renorm_("embedding", weight, input, max_norm, norm_type)
     return call(_S.EMBEDDING, weight, input, padding_idx=pad, scale_grad_by_freq=bool(scale_grad_by_freq))
 
 
-def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float = 2, scale_grad_by_freq: bool = False,
-                  mode: str = "mean", sparse: bool = False, per_sample_weights=None, include_last_offset: bool = False,
-                  padding_idx=None):
+def embedding_bag(
+    input,
+    weight,
+    offsets=None,
+    max_norm=None,
+    norm_type: float = 2,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights=None,
+    include_last_offset: bool = False,
+    padding_idx=None,
+):
     """Sums, means or maxima of bags of embeddings without materialising the per-index rows' gradient.
 
     ``input`` is 2-d (fixed-length bags, ``offsets`` None) or 1-d with ``offsets`` giving each bag's start
@@ -119,6 +137,14 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float =
     pad = _padding(op, padding_idx, weight.shape[0])
     if max_norm is not None:
         _renorm_("embedding_bag", weight, input, max_norm, norm_type)
-    out, _ = call(_S.EMBEDDING_BAG, weight, input, offsets, per_sample_weights, mode=mode, padding_idx=pad,
-                  include_last_offset=bool(include_last_offset))
+    out, _ = call(
+        _S.EMBEDDING_BAG,
+        weight,
+        input,
+        offsets,
+        per_sample_weights,
+        mode=mode,
+        padding_idx=pad,
+        include_last_offset=bool(include_last_offset),
+    )
     return out

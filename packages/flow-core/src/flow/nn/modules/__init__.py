@@ -29,5 +29,22 @@ from flow.nn.modules.rnn import *  # noqa: F401,F403
 from flow.nn.modules.sparse import *  # noqa: F401,F403
 from flow.nn.modules.transformer import *  # noqa: F401,F403
 
-__all__ = [name for m in (activation, container, conv, dropout, flatten, linear, loss, module, normalization, pooling,
-                          rnn, sparse, transformer) for name in m.__all__]
+__all__ = [
+    name
+    for m in (
+        activation,
+        container,
+        conv,
+        dropout,
+        flatten,
+        linear,
+        loss,
+        module,
+        normalization,
+        pooling,
+        rnn,
+        sparse,
+        transformer,
+    )
+    for name in m.__all__
+]

@@ -8,9 +8,29 @@ from flow.nn.modules.module import Module
 from flow.nn.parameter import Parameter
 
 __all__ = [
-    "ReLU", "ReLU6", "LeakyReLU", "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh",
-    "Hardtanh", "Hardswish", "Hardsigmoid", "Softplus", "Softsign", "Tanhshrink", "Threshold", "GLU", "Softmax",
-    "LogSoftmax", "Softmin",
+    "ReLU",
+    "ReLU6",
+    "LeakyReLU",
+    "PReLU",
+    "ELU",
+    "SELU",
+    "CELU",
+    "GELU",
+    "SiLU",
+    "Mish",
+    "Sigmoid",
+    "Tanh",
+    "Hardtanh",
+    "Hardswish",
+    "Hardsigmoid",
+    "Softplus",
+    "Softsign",
+    "Tanhshrink",
+    "Threshold",
+    "GLU",
+    "Softmax",
+    "LogSoftmax",
+    "Softmin",
 ]
 
 

@@ -25,9 +25,21 @@ class _ConvNd(Module):
     _nd = 2
     _transposed = False
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", output_padding=0, device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        output_padding=0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         n = self._nd
         if groups <= 0:
@@ -37,8 +49,9 @@ class _ConvNd(Module):
         if out_channels % groups != 0:
             raise ValueError("out_channels must be divisible by groups")
         if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
-            raise ValueError(f"padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', "
-                             f"got {padding_mode!r}")
+            raise ValueError(
+                f"padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', got {padding_mode!r}"
+            )
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = _ntuple(kernel_size, n, "kernel_size")
         self.stride = _ntuple(stride, n, "stride")
@@ -57,7 +70,7 @@ class _ConvNd(Module):
         else:
             self.padding = _ntuple(padding, n, "padding")
         if self._transposed and padding_mode != "zeros":
-            raise ValueError(f"Only \"zeros\" padding mode is supported for {type(self).__name__}")
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
         # F.pad order for the non-zero padding modes: last dim first, (left, right) each
         pads = []
         for d, k, i in zip(reversed(self.dilation), reversed(self.kernel_size), range(n - 1, -1, -1)):
@@ -91,7 +104,7 @@ class _ConvNd(Module):
 
     def extra_repr(self) -> str:
         n = self._nd
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}")
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
         if self.padding != (0,) * n:
             s += f", padding={self.padding}"  # torch prints strings unquoted: padding=same
         if self.dilation != (1,) * n:
@@ -126,10 +139,33 @@ class Conv1d(_ConvNd):
 
     _nd = 1
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device=device, dtype=dtype)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            device=device,
+            dtype=dtype,
+        )
 
 
 class Conv2d(_ConvNd):
@@ -141,20 +177,67 @@ class Conv2d(_ConvNd):
 
     _nd = 2
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device=device, dtype=dtype)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            device=device,
+            dtype=dtype,
+        )
 
 
 class _ConvTransposeNd(_ConvNd):
     _transposed = True
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
-                 groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros", device=None,
-                 dtype=None) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, output_padding, device=device, dtype=dtype)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            output_padding,
+            device=device,
+            dtype=dtype,
+        )
 
     def _output_padding(self, input, output_size) -> tuple:
         if output_size is None:
@@ -166,12 +249,15 @@ class _ConvTransposeNd(_ConvNd):
         res = []
         for d in range(n):
             in_size = input.shape[input.ndim - n + d]
-            min_size = ((in_size - 1) * self.stride[d] - 2 * self.padding[d]
-                        + self.dilation[d] * (self.kernel_size[d] - 1) + 1)
+            min_size = (
+                (in_size - 1) * self.stride[d] - 2 * self.padding[d] + self.dilation[d] * (self.kernel_size[d] - 1) + 1
+            )
             max_size = min_size + self.stride[d] - 1
             if not min_size <= output_size[d] <= max_size:
-                raise ValueError(f"requested an output size of {output_size}, but valid sizes range from "
-                                 f"{min_size} to {max_size} (for an input of {tuple(input.shape)[-n:]})")
+                raise ValueError(
+                    f"requested an output size of {output_size}, but valid sizes range from "
+                    f"{min_size} to {max_size} (for an input of {tuple(input.shape)[-n:]})"
+                )
             res.append(output_size[d] - min_size)
         return tuple(res)
 

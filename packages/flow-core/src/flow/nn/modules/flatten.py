@@ -37,7 +37,7 @@ class Unflatten(Module):
     def forward(self, input):
         shape = tuple(input.shape)
         d = self.dim % len(shape)
-        return input.reshape(shape[:d] + self.unflattened_size + shape[d + 1:])
+        return input.reshape(shape[:d] + self.unflattened_size + shape[d + 1 :])
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"

@@ -60,8 +60,9 @@ class Linear(Module):
 class Bilinear(Module):
     """``y = x1^T A x2 + b`` with ``A`` of shape (out_features, in1_features, in2_features)."""
 
-    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None, dtype=None
+    ) -> None:
         super().__init__()
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
         self.weight = Parameter(C.empty(out_features, in1_features, in2_features, device=device, dtype=dtype))
@@ -81,5 +82,7 @@ class Bilinear(Module):
         return F.bilinear(input1, input2, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
-                f"out_features={self.out_features}, bias={self.bias is not None}")
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )

@@ -86,8 +86,9 @@ class Module(StateDictMixin):
                 r = hook(self, args, kwargs)
                 if r is not None:
                     if not (isinstance(r, tuple) and len(r) == 2):
-                        raise RuntimeError(f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
-                                           f"but got {r}.")
+                        raise RuntimeError(
+                            f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but got {r}."
+                        )
                     args, kwargs = r
             else:
                 r = hook(self, args)
@@ -117,8 +118,9 @@ class Module(StateDictMixin):
             raise
         return result
 
-    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
-                                  with_kwargs: bool = False) -> RemovableHandle:
+    def register_forward_pre_hook(
+        self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False
+    ) -> RemovableHandle:
         """Run ``hook(module, args)`` (or ``hook(module, args, kwargs)``) before ``forward``.
 
         The hook may return new args (a tuple, or one value) or, with ``with_kwargs``, ``(args, kwargs)``.
@@ -131,8 +133,9 @@ class Module(StateDictMixin):
             self._forward_pre_hooks.move_to_end(h.id, last=False)
         return h
 
-    def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False,
-                              always_call: bool = False) -> RemovableHandle:
+    def register_forward_hook(
+        self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False, always_call: bool = False
+    ) -> RemovableHandle:
         """Run ``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) after ``forward``.
 
         A non-None return value replaces the output.
@@ -166,8 +169,9 @@ class Module(StateDictMixin):
             self.register_parameter(name, value)
         elif params is not None and name in params:
             if value is not None:
-                raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
-                                "(flow.nn.Parameter or None expected)")
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as parameter '{name}' (flow.nn.Parameter or None expected)"
+                )
             self.register_parameter(name, value)
         elif isinstance(value, Module):
             if d.get("_modules") is None:
@@ -176,13 +180,15 @@ class Module(StateDictMixin):
             d["_modules"][name] = value
         elif d.get("_modules") is not None and name in d["_modules"]:
             if value is not None:
-                raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
-                                "(flow.nn.Module or None expected)")
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as child module '{name}' (flow.nn.Module or None expected)"
+                )
             d["_modules"][name] = value
         elif isinstance(value, Buffer) or (d.get("_buffers") is not None and name in d["_buffers"]):
             if value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
-                                "(flow.Tensor or None expected)")
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as buffer '{name}' (flow.Tensor or None expected)"
+                )
             if isinstance(value, Buffer):
                 persistent = value.__dict__.get("persistent", True)
                 self._remove_attr(name, keep="_buffers")
@@ -225,8 +231,9 @@ class Module(StateDictMixin):
         if hasattr(self, name) and name not in self._buffers:
             raise KeyError(f"attribute '{name}' already exists")
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
-                            "(flow Tensor or None required)")
+            raise TypeError(
+                f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' (flow Tensor or None required)"
+            )
         if isinstance(tensor, Buffer):
             tensor = tensor.detach()
         self._buffers[name] = tensor
@@ -244,12 +251,16 @@ class Module(StateDictMixin):
             raise KeyError(f"attribute '{name}' already exists")
         if param is not None:
             if not isinstance(param, Parameter):
-                raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
-                                "(flow.nn.Parameter or None required)")
+                raise TypeError(
+                    f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
+                    "(flow.nn.Parameter or None required)"
+                )
             if param.grad_fn is not None:
-                raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model parameters must be "
-                                 "created explicitly; to express '{name}' as a function of another Tensor, compute "
-                                 "the value in forward()")
+                raise ValueError(
+                    f"Cannot assign non-leaf Tensor to parameter '{name}'. Model parameters must be "
+                    "created explicitly; to express '{name}' as a function of another Tensor, compute "
+                    "the value in forward()"
+                )
         self._parameters[name] = param
 
     def add_module(self, name: str, module: "Module | None") -> None:

@@ -55,8 +55,16 @@ class StateDictMixin:
                 m.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
         return destination
 
-    def _load_from_state_dict(self, state_dict: Mapping, prefix: str, local_metadata: dict, strict: bool,
-                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    def _load_from_state_dict(
+        self,
+        state_dict: Mapping,
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list,
+        unexpected_keys: list,
+        error_msgs: list,
+    ) -> None:
         """Load this module's own parameters and persistent buffers (not its children's)."""
         persistent = {k: v for k, v in self._buffers.items() if k not in self._non_persistent_buffers_set}
         local = {k: v for k, v in itertools.chain(self._parameters.items(), persistent.items()) if v is not None}
@@ -73,13 +81,17 @@ class StateDictMixin:
 
                 value = tensor(np.asarray(value))
             elif not isinstance(value, Tensor):
-                error_msgs.append(f'While copying the parameter named "{key}", expected a Tensor or an array '
-                                  f"from the checkpoint but received {type(value).__name__}")
+                error_msgs.append(
+                    f'While copying the parameter named "{key}", expected a Tensor or an array '
+                    f"from the checkpoint but received {type(value).__name__}"
+                )
                 continue
             shape = tuple(value.shape)
             if not (shape == tuple(param.shape) or (param.ndim == 0 and shape == (1,))):
-                error_msgs.append(f"size mismatch for {key}: copying a param with shape {list(shape)} from "
-                                  f"checkpoint, the shape in current model is {list(param.shape)}.")
+                error_msgs.append(
+                    f"size mismatch for {key}: copying a param with shape {list(shape)} from "
+                    f"checkpoint, the shape in current model is {list(param.shape)}."
+                )
                 continue
             try:
                 if assign:
@@ -91,13 +103,15 @@ class StateDictMixin:
                     with no_grad():
                         param.copy_(value.reshape(tuple(param.shape)))
             except Exception as e:
-                error_msgs.append(f'While copying the parameter named "{key}", whose dimensions in the model are '
-                                  f"{list(param.shape)} and whose dimensions in the checkpoint are {list(shape)}, "
-                                  f"an exception occurred : {e}.")
+                error_msgs.append(
+                    f'While copying the parameter named "{key}", whose dimensions in the model are '
+                    f"{list(param.shape)} and whose dimensions in the checkpoint are {list(shape)}, "
+                    f"an exception occurred : {e}."
+                )
         if strict:
             for key in state_dict:
                 if key.startswith(prefix):
-                    input_name = key[len(prefix):].split(".", 1)
+                    input_name = key[len(prefix) :].split(".", 1)
                     if input_name[0] not in self._modules and input_name[0] not in local:
                         unexpected_keys.append(key)
 
@@ -128,11 +142,13 @@ class StateDictMixin:
         load(self, state_dict)
         if strict:
             if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"'
-                                                                                         for k in unexpected)))
+                errors.insert(
+                    0, "Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in unexpected))
+                )
             if missing:
                 errors.insert(0, "Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing)))
         if errors:
-            raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(self._get_name(),
-                                                                                    "\n\t".join(errors)))
+            raise RuntimeError(
+                "Error(s) in loading state_dict for {}:\n\t{}".format(self._get_name(), "\n\t".join(errors))
+            )
         return _IncompatibleKeys(missing, unexpected)

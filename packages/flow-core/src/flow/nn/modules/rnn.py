@@ -61,13 +61,25 @@ class RNNBase(Module):
     """Shared parameters and forward of RNN, LSTM and GRU (``weight_ih_l{k}``, ``weight_hh_l{k}``,
     ``bias_ih_l{k}``, ``bias_hh_l{k}``, with ``_reverse`` for the backward direction, as torch)."""
 
-    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         if not 0 <= dropout <= 1 or isinstance(dropout, bool):
-            raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
-                             "element being zeroed")
+            raise ValueError(
+                "dropout should be a number in range [0, 1] representing the probability of an element being zeroed"
+            )
         if hidden_size <= 0 or num_layers <= 0:
             raise ValueError("hidden_size and num_layers must be positive integers")
         if proj_size < 0 or (proj_size and mode != "LSTM"):
@@ -117,13 +129,18 @@ class RNNBase(Module):
     def all_weights(self) -> list:
         per = len(self._flat_weights_names) // (self.num_layers * (2 if self.bidirectional else 1))
         w = self._flat_weights
-        return [w[i:i + per] for i in range(0, len(w), per)]
+        return [w[i : i + per] for i in range(0, len(w), per)]
 
     def _layer_weights(self, layer: int, reverse: bool) -> tuple:
         sfx = f"_l{layer}" + ("_reverse" if reverse else "")
         get = self._parameters.get
-        return (get("weight_ih" + sfx), get("weight_hh" + sfx), get("bias_ih" + sfx), get("bias_hh" + sfx),
-                get("weight_hr" + sfx))
+        return (
+            get("weight_ih" + sfx),
+            get("weight_hh" + sfx),
+            get("bias_ih" + sfx),
+            get("bias_hh" + sfx),
+            get("weight_hr" + sfx),
+        )
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -191,13 +208,16 @@ class RNNBase(Module):
 
     def forward(self, input: Tensor, hx=None):
         if not isinstance(input, Tensor):
-            raise TypeError(f"{type(self).__name__}: input must be a Tensor (PackedSequence is not supported), "
-                            f"got {type(input).__name__}")
+            raise TypeError(
+                f"{type(self).__name__}: input must be a Tensor (PackedSequence is not supported), "
+                f"got {type(input).__name__}"
+            )
         if input.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got {input.ndim}D instead")
         if input.shape[-1] != self.input_size:
-            raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
-                               f"got {input.shape[-1]}")
+            raise RuntimeError(
+                f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got {input.shape[-1]}"
+            )
         unbatched = input.ndim == 2
         if unbatched:
             input = input.unsqueeze(1)
@@ -237,14 +257,34 @@ class RNN(RNNBase):
     >>> out, h = flow.nn.RNN(4, 8, num_layers=2)(flow.randn(5, 3, 4))
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
         self.nonlinearity = nonlinearity
-        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size, num_layers,
-                         bias, batch_first, dropout, bidirectional, device=device, dtype=dtype)
+        super().__init__(
+            "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            device=device,
+            dtype=dtype,
+        )
 
     def extra_repr(self) -> str:
         s = super().extra_repr()
@@ -262,11 +302,32 @@ class LSTM(RNNBase):
     (flow.Size([3, 5, 40]), flow.Size([4, 3, 20]))
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 device=None, dtype=None) -> None:
-        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         proj_size, device=device, dtype=dtype)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            "LSTM",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            proj_size,
+            device=device,
+            dtype=dtype,
+        )
 
 
 class GRU(RNNBase):
@@ -275,17 +336,35 @@ class GRU(RNNBase):
     >>> out, h = flow.nn.GRU(4, 8)(flow.randn(5, 3, 4))
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device=None,
-                 dtype=None) -> None:
-        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         device=device, dtype=dtype)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            "GRU",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            device=device,
+            dtype=dtype,
+        )
 
 
 # -- cells -------------------------------------------------------------------------------------
 class RNNCellBase(Module):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int, device=None,
-                 dtype=None) -> None:
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int, device=None, dtype=None) -> None:
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         self.weight_ih = Parameter(C.empty(num_chunks * hidden_size, input_size, device=device, dtype=dtype))
@@ -313,8 +392,7 @@ class RNNCellBase(Module):
         if input.ndim not in (1, 2):
             raise ValueError(f"{type(self).__name__}: Expected input to be 1D or 2D, got {input.ndim}D instead")
         if input.shape[-1] != self.input_size:
-            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[-1]} expected "
-                               f"{self.input_size}")
+            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[-1]} expected {self.input_size}")
         unbatched = input.ndim == 1
         if unbatched:
             input = input.unsqueeze(0)
@@ -331,8 +409,9 @@ class RNNCellBase(Module):
 class RNNCell(RNNCellBase):
     """One step of an Elman RNN: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)``."""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", device=None, dtype=None
+    ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
         super().__init__(input_size, hidden_size, bias, 1, device, dtype)
@@ -340,8 +419,9 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         x, (h,), unbatched = self._prepare(input, (hx,))
-        h = _rnn_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh,
-                      self.nonlinearity == "relu")
+        h = _rnn_step(
+            F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh, self.nonlinearity == "relu"
+        )
         return h.squeeze(0) if unbatched else h
 
 

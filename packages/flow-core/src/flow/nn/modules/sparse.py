@@ -23,8 +23,10 @@ def _make_weight(num_embeddings: int, embedding_dim: int, _weight, device, dtype
     if _weight is None:
         return Parameter(C.empty(num_embeddings, embedding_dim, device=device, dtype=dtype)), True
     if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-        raise ValueError(f"Shape of weight {tuple(_weight.shape)} does not match num_embeddings and embedding_dim "
-                         f"({num_embeddings}, {embedding_dim})")
+        raise ValueError(
+            f"Shape of weight {tuple(_weight.shape)} does not match num_embeddings and embedding_dim "
+            f"({num_embeddings}, {embedding_dim})"
+        )
     return Parameter(_weight), False
 
 
@@ -45,9 +47,20 @@ class Embedding(Module):
     flow.Size([1, 3, 3])
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                 sparse: bool = False, _weight=None, _freeze: bool = False, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight=None,
+        _freeze: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
@@ -69,8 +82,9 @@ class Embedding(Module):
         _zero_row(self.weight, self.padding_idx)
 
     def forward(self, input):
-        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
-                           self.scale_grad_by_freq, self.sparse)
+        return F.embedding(
+            input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse
+        )
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
@@ -87,15 +101,23 @@ class Embedding(Module):
         return s
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None,
-                        max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                        sparse: bool = False) -> "Embedding":
+    def from_pretrained(
+        cls,
+        embeddings,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> "Embedding":
         """An Embedding whose weight is ``embeddings`` (2-d; shared, frozen unless ``freeze=False``)."""
         if embeddings.ndim != 2:
             raise ValueError("Embeddings parameter is expected to be 2-dimensional")
         rows, cols = tuple(embeddings.shape)
-        return cls(rows, cols, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, _weight=embeddings,
-                   _freeze=freeze)
+        return cls(
+            rows, cols, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, _weight=embeddings, _freeze=freeze
+        )
 
 
 class EmbeddingBag(Module):
@@ -105,10 +127,21 @@ class EmbeddingBag(Module):
     ``per_sample_weights`` scales each looked-up row (``mode='sum'`` only).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
-                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
-                 _weight=None, include_last_offset: bool = False, padding_idx: int | None = None, device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        _weight=None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode has to be one of sum, mean or max, got {mode!r}")
@@ -130,9 +163,19 @@ class EmbeddingBag(Module):
         _zero_row(self.weight, self.padding_idx)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
-        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
-                               self.mode, self.sparse, per_sample_weights, self.include_last_offset,
-                               self.padding_idx)
+        return F.embedding_bag(
+            input,
+            self.weight,
+            offsets,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.mode,
+            self.sparse,
+            per_sample_weights,
+            self.include_last_offset,
+            self.padding_idx,
+        )
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
@@ -148,13 +191,32 @@ class EmbeddingBag(Module):
         return s
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze: bool = True, max_norm: float | None = None, norm_type: float = 2.0,
-                        scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
-                        include_last_offset: bool = False, padding_idx: int | None = None) -> "EmbeddingBag":
+    def from_pretrained(
+        cls,
+        embeddings,
+        freeze: bool = True,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+    ) -> "EmbeddingBag":
         if embeddings.ndim != 2:
             raise ValueError("Embeddings parameter is expected to be 2-dimensional")
         rows, cols = tuple(embeddings.shape)
-        bag = cls(rows, cols, max_norm, norm_type, scale_grad_by_freq, mode, sparse, embeddings, include_last_offset,
-                  padding_idx)
+        bag = cls(
+            rows,
+            cols,
+            max_norm,
+            norm_type,
+            scale_grad_by_freq,
+            mode,
+            sparse,
+            embeddings,
+            include_last_offset,
+            padding_idx,
+        )
         bag.weight.requires_grad = not freeze
         return bag

@@ -21,8 +21,14 @@ from flow.nn.modules.module import Module
 from flow.nn.modules.normalization import LayerNorm
 from flow.nn.parameter import Parameter
 
-__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
-           "TransformerDecoder", "Transformer"]
+__all__ = [
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoderLayer",
+    "TransformerDecoder",
+    "Transformer",
+]
 
 
 class NonDynamicallyQuantizableLinear(Linear):
@@ -38,8 +44,11 @@ def _float_mask(mask: Tensor | None, dtype, name: str) -> Tensor | None:
     if mask.dtype is D.bool:
         from flow import where
 
-        return where(mask, C.full((), float("-inf"), dtype=dtype, device=mask.device),
-                     C.zeros((), dtype=dtype, device=mask.device))
+        return where(
+            mask,
+            C.full((), float("-inf"), dtype=dtype, device=mask.device),
+            C.zeros((), dtype=dtype, device=mask.device),
+        )
     if not mask.dtype.is_floating_point:
         raise TypeError(f"MultiheadAttention: only bool and floating types of {name} are supported, got {mask.dtype}")
     return mask.to(dtype)
@@ -60,13 +69,26 @@ class MultiheadAttention(Module):
     (flow.Size([2, 5, 16]), flow.Size([2, 5, 5]))
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
-                 vdim: int | None = None, batch_first: bool = False, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} and "
-                             f"num_heads={num_heads} instead")
+            raise ValueError(
+                f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} and "
+                f"num_heads={num_heads} instead"
+            )
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         self.embed_dim = embed_dim
@@ -120,23 +142,37 @@ class MultiheadAttention(Module):
         b = self.in_proj_bias
         b_q, b_k, b_v = b.chunk(3) if b is not None else (None, None, None)
         if not self._qkv_same_embed_dim:
-            return (F.linear(query, self.q_proj_weight, b_q), F.linear(key, self.k_proj_weight, b_k),
-                    F.linear(value, self.v_proj_weight, b_v))
+            return (
+                F.linear(query, self.q_proj_weight, b_q),
+                F.linear(key, self.k_proj_weight, b_k),
+                F.linear(value, self.v_proj_weight, b_v),
+            )
         if query is key and key is value:  # self-attention: one matmul for q, k and v
             return F.linear(query, self.in_proj_weight, b).chunk(3, -1)
         w_q, w_k, w_v = self.in_proj_weight.chunk(3)
         return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
-                need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
-                is_causal: bool = False) -> tuple:
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple:
         batched = query.ndim == 3
         if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-            raise ValueError(f"MultiheadAttention: query, key and value must all be 2-D (unbatched) or 3-D, got "
-                             f"{query.ndim}-D, {key.ndim}-D and {value.ndim}-D")
+            raise ValueError(
+                f"MultiheadAttention: query, key and value must all be 2-D (unbatched) or 3-D, got "
+                f"{query.ndim}-D, {key.ndim}-D and {value.ndim}-D"
+            )
         if query.shape[-1] != self.embed_dim:
-            raise ValueError(f"MultiheadAttention: was expecting embedding dimension of {self.embed_dim}, but got "
-                             f"{query.shape[-1]}")
+            raise ValueError(
+                f"MultiheadAttention: was expecting embedding dimension of {self.embed_dim}, but got {query.shape[-1]}"
+            )
         if not batched:
             query, key, value = (t if t is None else t.unsqueeze(1) for t in (query, key, value))
             if key_padding_mask is not None:
@@ -151,8 +187,9 @@ class MultiheadAttention(Module):
                     value = key
             else:
                 query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-        out, weights = self._attention(query, key, value, key_padding_mask, need_weights, attn_mask,
-                                       average_attn_weights, is_causal)
+        out, weights = self._attention(
+            query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal
+        )
         if not batched:
             return out.squeeze(1), (weights.squeeze(0) if weights is not None else None)
         if self.batch_first:
@@ -191,20 +228,23 @@ class MultiheadAttention(Module):
         if attn_mask is not None:
             if attn_mask.ndim == 2:
                 if tuple(attn_mask.shape) != (L, S):
-                    raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(attn_mask.shape)}, but should be "
-                                       f"{(L, S)}.")
+                    raise RuntimeError(
+                        f"The shape of the 2D attn_mask is {tuple(attn_mask.shape)}, but should be {(L, S)}."
+                    )
                 mask = attn_mask
             elif attn_mask.ndim == 3:
                 if tuple(attn_mask.shape) != (N * H, L, S):
-                    raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(attn_mask.shape)}, but should be "
-                                       f"{(N * H, L, S)}.")
+                    raise RuntimeError(
+                        f"The shape of the 3D attn_mask is {tuple(attn_mask.shape)}, but should be {(N * H, L, S)}."
+                    )
                 mask = attn_mask.reshape(N, H, L, S)
             else:
                 raise RuntimeError(f"attn_mask's dimension {attn_mask.ndim} is not supported")
         if key_padding_mask is not None:
             if tuple(key_padding_mask.shape) != (N, S):
-                raise RuntimeError(f"expecting key_padding_mask shape of {(N, S)}, but got "
-                                   f"{tuple(key_padding_mask.shape)}")
+                raise RuntimeError(
+                    f"expecting key_padding_mask shape of {(N, S)}, but got {tuple(key_padding_mask.shape)}"
+                )
             kpm = key_padding_mask.reshape(N, 1, 1, S)
             mask = kpm if mask is None else mask + kpm
         p = self.dropout if self.training else 0.0
@@ -244,13 +284,23 @@ class TransformerEncoderLayer(Module):
     flow.Size([2, 5, 16])
     """
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
-                 bias: bool = True, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
-                                            **kw)
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
@@ -261,8 +311,13 @@ class TransformerEncoderLayer(Module):
         self.dropout2 = Dropout(dropout)
         self.activation = _activation(activation)
 
-    def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
-                is_causal: bool = False) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
         x = src
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
@@ -273,8 +328,9 @@ class TransformerEncoderLayer(Module):
         return x
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
-                           is_causal=is_causal)[0]
+        x = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
+        )[0]
         return self.dropout1(x)
 
     def _ff_block(self, x):
@@ -284,15 +340,26 @@ class TransformerEncoderLayer(Module):
 class TransformerDecoderLayer(Module):
     """Self-attention, cross-attention over ``memory``, then feed-forward; each with residual and LayerNorm."""
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
-                 bias: bool = True, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias,
-                                            **kw)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first,
-                                                 bias=bias, **kw)
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw)
+        self.multihead_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw
+        )
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
@@ -305,8 +372,17 @@ class TransformerDecoderLayer(Module):
         self.dropout3 = Dropout(dropout)
         self.activation = _activation(activation)
 
-    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal: bool = False, memory_is_causal: bool = False) -> Tensor:
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
         x = tgt
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
@@ -319,13 +395,15 @@ class TransformerDecoderLayer(Module):
         return x
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
-                           is_causal=is_causal)[0]
+        x = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
+        )[0]
         return self.dropout1(x)
 
     def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal):
-        x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                                need_weights=False, is_causal=is_causal)[0]
+        x = self.multihead_attn(
+            x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
+        )[0]
         return self.dropout2(x)
 
     def _ff_block(self, x):
@@ -339,15 +417,26 @@ def _clones(module: Module, n: int) -> ModuleList:
 class TransformerEncoder(Module):
     """A stack of ``num_layers`` copies of ``encoder_layer`` (each with its own parameters), then ``norm``."""
 
-    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
-                 enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
+    def __init__(
+        self,
+        encoder_layer: TransformerEncoderLayer,
+        num_layers: int,
+        norm: Module | None = None,
+        enable_nested_tensor: bool = True,
+        mask_check: bool = True,
+    ) -> None:
         super().__init__()
         self.layers = _clones(encoder_layer, num_layers)
         self.num_layers = num_layers
         self.norm = norm
 
-    def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
-                is_causal: bool | None = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+    ) -> Tensor:
         out = src
         for layer in self.layers:
             out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
@@ -363,54 +452,111 @@ class TransformerDecoder(Module):
         self.num_layers = num_layers
         self.norm = norm
 
-    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal: bool | None = None,
-                memory_is_causal: bool = False) -> Tensor:
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
         out = tgt
         for layer in self.layers:
-            out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
-                        tgt_key_padding_mask=tgt_key_padding_mask,
-                        memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
-                        memory_is_causal=memory_is_causal)
+            out = layer(
+                out,
+                memory,
+                tgt_mask=tgt_mask,
+                memory_mask=memory_mask,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=bool(tgt_is_causal),
+                memory_is_causal=memory_is_causal,
+            )
         return self.norm(out) if self.norm is not None else out
 
 
 class Transformer(Module):
     """The encoder-decoder transformer of "Attention Is All You Need" (torch's constructor and forward)."""
 
-    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
-                 dim_feedforward: int = 2048, dropout: float = 0.1, activation="relu", custom_encoder=None,
-                 custom_decoder=None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
-                 norm_first: bool = False, bias: bool = True, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        custom_encoder=None,
+        custom_decoder=None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         kw = {"device": device, "dtype": dtype}
-        common = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
-                      layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias, **kw)
+        common = dict(
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_eps=layer_norm_eps,
+            batch_first=batch_first,
+            norm_first=norm_first,
+            bias=bias,
+            **kw,
+        )
         if custom_encoder is not None:
             self.encoder = custom_encoder
         else:
-            self.encoder = TransformerEncoder(TransformerEncoderLayer(d_model, nhead, **common), num_encoder_layers,
-                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+            self.encoder = TransformerEncoder(
+                TransformerEncoderLayer(d_model, nhead, **common),
+                num_encoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw),
+            )
         if custom_decoder is not None:
             self.decoder = custom_decoder
         else:
-            self.decoder = TransformerDecoder(TransformerDecoderLayer(d_model, nhead, **common), num_decoder_layers,
-                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+            self.decoder = TransformerDecoder(
+                TransformerDecoderLayer(d_model, nhead, **common),
+                num_decoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw),
+            )
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
         for p in self.parameters():
             if p.ndim > 1:
                 init.xavier_uniform_(p)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask=None, tgt_mask=None, memory_mask=None,
-                src_key_padding_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None,
-                src_is_causal: bool | None = None, tgt_is_causal: bool | None = None,
-                memory_is_causal: bool = False) -> Tensor:
-        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
-                              is_causal=src_is_causal)
-        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
-                            tgt_key_padding_mask=tgt_key_padding_mask,
-                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
-                            memory_is_causal=memory_is_causal)
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask=None,
+        tgt_mask=None,
+        memory_mask=None,
+        src_key_padding_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )
 
     @staticmethod
     def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:

@@ -32,8 +32,9 @@ def _vector_norm(t: Tensor, norm_type: float) -> Tensor:
     return (t.abs() ** norm_type).sum() ** (1.0 / norm_type)
 
 
-def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0, error_if_nonfinite: bool = False,
-                   foreach=None) -> Tensor:
+def get_total_norm(
+    tensors: Iterable[Tensor], norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None
+) -> Tensor:
     """The norm of all ``tensors`` together, as if concatenated into one vector."""
     from flow._creation import zeros
 
@@ -50,9 +51,11 @@ def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0, error_if_n
 
             total = _vector_norm(stack(norms), norm_type)
     if error_if_nonfinite and not math.isfinite(float(total.item())):
-        raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
-                           "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
-                           "norm anyway, set `error_if_nonfinite=False`")
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
+            "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
+            "norm anyway, set `error_if_nonfinite=False`"
+        )
     return total
 
 
@@ -67,8 +70,9 @@ def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor, forea
             g.mul_(coef.to(dtype=g.dtype, device=g.device))
 
 
-def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
-                    foreach=None) -> Tensor:
+def clip_grad_norm_(
+    parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None
+) -> Tensor:
     """Rescale gradients in place so that their total norm is at most ``max_norm``; returns the norm before.
 
     >>> total = flow.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)

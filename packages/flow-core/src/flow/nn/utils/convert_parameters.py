@@ -13,8 +13,9 @@ def _check_same_device(param: Tensor, device):
     if device is None:
         return param.device
     if param.device != device:
-        raise TypeError(f"Found two parameters on different devices, this is currently not supported "
-                        f"({device} and {param.device})")
+        raise TypeError(
+            f"Found two parameters on different devices, this is currently not supported ({device} and {param.device})"
+        )
     return device
 
 
@@ -46,5 +47,5 @@ def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
         n = p.numel()
         if pointer + n > vec.numel():
             raise ValueError(f"vector of length {vec.numel()} is too short for the parameters")
-        p.data = vec[pointer:pointer + n].view(tuple(p.shape)).data  # shares storage with vec, as torch
+        p.data = vec[pointer : pointer + n].view(tuple(p.shape)).data  # shares storage with vec, as torch
         pointer += n

@@ -197,7 +197,7 @@ def _with_dataset_indices(exc: BaseException, indices):
 def seed_worker(seed: int) -> None:
     """Seed Python's, NumPy's and flow's global generators in a worker."""
     random.seed(seed)
-    np.random.seed(seed % (2 ** 32))
+    np.random.seed(seed % (2**32))
     from flow._random import manual_seed
 
     manual_seed(seed)
@@ -229,9 +229,21 @@ def _fetch(dataset, iterable: bool, it, indices, auto_collation: bool, collate_f
     return collate_fn(dataset[indices])
 
 
-def worker_loop(dataset, iterable: bool, index_queue, result_queue, auto_collation: bool, collate_fn,
-                drop_last: bool, base_seed: int, init_fn, worker_id: int, num_workers: int, parent_pid: int,
-                signal_mask: set | None = None) -> None:
+def worker_loop(
+    dataset,
+    iterable: bool,
+    index_queue,
+    result_queue,
+    auto_collation: bool,
+    collate_fn,
+    drop_last: bool,
+    base_seed: int,
+    init_fn,
+    worker_id: int,
+    num_workers: int,
+    parent_pid: int,
+    signal_mask: set | None = None,
+) -> None:
     """The body of a worker process (see the module docstring for the protocol and the signals)."""
     global _worker_info
     try:
@@ -270,8 +282,11 @@ def worker_loop(dataset, iterable: bool, index_queue, result_queue, auto_collati
             try:
                 blob = pickle.dumps(to_payload(data), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:
-                blob = pickle.dumps(ExceptionWrapper(
-                    where=f"in DataLoader worker process {worker_id} while sending a batch to the main process"))
+                blob = pickle.dumps(
+                    ExceptionWrapper(
+                        where=f"in DataLoader worker process {worker_id} while sending a batch to the main process"
+                    )
+                )
             result_queue.put((epoch, idx, blob))
     except KeyboardInterrupt:
         pass

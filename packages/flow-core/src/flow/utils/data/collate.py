@@ -50,8 +50,9 @@ def _np_to_tensor(a: np.ndarray, field: str = "") -> Tensor:
     try:
         dt = D.NP_TO_DTYPE[a.dtype]
     except KeyError:
-        raise CollateTypeError(f"default_collate: cannot make a tensor of {_where(field)}: NumPy dtype {a.dtype} "
-                               "has no flow dtype", field) from None
+        raise CollateTypeError(
+            f"default_collate: cannot make a tensor of {_where(field)}: NumPy dtype {a.dtype} has no flow dtype", field
+        ) from None
     return Tensor._make(a, dt, CPU)
 
 
@@ -76,15 +77,26 @@ def _stack_tensors(batch, field: str) -> Tensor:
     shape, dtype = tuple(elem.shape), elem.dtype
     for k, t in enumerate(batch):
         if not isinstance(t, Tensor):
-            raise CollateTypeError(f"default_collate: cannot stack {_where(field)}: sample 0 is a tensor but "
-                                   f"sample {k} is {_type_name(t)}", field, (0, k))
+            raise CollateTypeError(
+                f"default_collate: cannot stack {_where(field)}: sample 0 is a tensor but "
+                f"sample {k} is {_type_name(t)}",
+                field,
+                (0, k),
+            )
         if tuple(t.shape) != shape:
-            raise CollateError(f"default_collate: cannot stack {_where(field)}: tensors must be of equal size, but "
-                               f"sample 0 has shape {shape} and sample {k} has shape {tuple(t.shape)} ({_HINT})",
-                               field, (0, k))
+            raise CollateError(
+                f"default_collate: cannot stack {_where(field)}: tensors must be of equal size, but "
+                f"sample 0 has shape {shape} and sample {k} has shape {tuple(t.shape)} ({_HINT})",
+                field,
+                (0, k),
+            )
         if t.dtype is not dtype:
-            raise CollateTypeError(f"default_collate: cannot stack {_where(field)}: sample 0 has dtype {dtype} and "
-                                   f"sample {k} has dtype {t.dtype}", field, (0, k))
+            raise CollateTypeError(
+                f"default_collate: cannot stack {_where(field)}: sample 0 has dtype {dtype} and "
+                f"sample {k} has dtype {t.dtype}",
+                field,
+                (0, k),
+            )
     out = Tensor._make(np.stack([t.numpy_host() for t in batch]), dtype, CPU)
     return out if elem.device is CPU else out.to(elem.device)
 
@@ -92,8 +104,12 @@ def _stack_tensors(batch, field: str) -> Tensor:
 def _stack_arrays(batch, field: str) -> Tensor:
     elem = batch[0]
     if elem.dtype.kind in "OSUV":
-        raise CollateTypeError(f"default_collate: cannot make a tensor of {_where(field)}: sample 0 is a NumPy "
-                               f"array of dtype {elem.dtype} (tensors hold numbers)", field, (0,))
+        raise CollateTypeError(
+            f"default_collate: cannot make a tensor of {_where(field)}: sample 0 is a NumPy "
+            f"array of dtype {elem.dtype} (tensors hold numbers)",
+            field,
+            (0,),
+        )
     try:
         stacked = np.stack(batch)
     except (ValueError, TypeError):
@@ -102,15 +118,25 @@ def _stack_arrays(batch, field: str) -> Tensor:
             raise
         other = batch[k]
         if not isinstance(other, np.ndarray):
-            raise CollateTypeError(f"default_collate: cannot stack {_where(field)}: sample 0 is {_type_name(elem)} "
-                                   f"but sample {k} is {_type_name(other)}", field, (0, k)) from None
-        raise CollateError(f"default_collate: cannot stack {_where(field)}: arrays must be of equal size, but "
-                           f"sample 0 has shape {elem.shape} and sample {k} has shape {other.shape} ({_HINT})",
-                           field, (0, k)) from None
+            raise CollateTypeError(
+                f"default_collate: cannot stack {_where(field)}: sample 0 is {_type_name(elem)} "
+                f"but sample {k} is {_type_name(other)}",
+                field,
+                (0, k),
+            ) from None
+        raise CollateError(
+            f"default_collate: cannot stack {_where(field)}: arrays must be of equal size, but "
+            f"sample 0 has shape {elem.shape} and sample {k} has shape {other.shape} ({_HINT})",
+            field,
+            (0, k),
+        ) from None
     if stacked.dtype.kind in "OSUV":
         k = _first_other(batch, lambda a: isinstance(a, np.ndarray) and a.dtype.kind not in "OSUV")
-        raise CollateTypeError(f"default_collate: cannot make a tensor of {_where(field)}: sample {k} is "
-                               f"{_type_name(batch[k])}", field, (k,))
+        raise CollateTypeError(
+            f"default_collate: cannot make a tensor of {_where(field)}: sample {k} is {_type_name(batch[k])}",
+            field,
+            (k,),
+        )
     return _np_to_tensor(stacked, field)
 
 
@@ -135,14 +161,25 @@ def _numbers(batch, field: str) -> Tensor:
             return _np_to_tensor(a.astype(_PY_KINDS[kind], copy=False), field)
     for k, x in enumerate(batch):
         if not isinstance(x, _NUMBER_TYPES):
-            raise CollateTypeError(f"default_collate: cannot make a tensor of {_where(field)}: sample 0 is a number "
-                                   f"({type(batch[0]).__name__}) but sample {k} is {_type_name(x)}", field, (0, k))
+            raise CollateTypeError(
+                f"default_collate: cannot make a tensor of {_where(field)}: sample 0 is a number "
+                f"({type(batch[0]).__name__}) but sample {k} is {_type_name(x)}",
+                field,
+                (0, k),
+            )
         if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and not _INT64.min <= int(x) <= _INT64.max:
-            raise CollateTypeError(f"default_collate: cannot make a tensor of {_where(field)}: sample {k} is {x}, "
-                                   "which does not fit in int64", field, (k,))
+            raise CollateTypeError(
+                f"default_collate: cannot make a tensor of {_where(field)}: sample {k} is {x}, "
+                "which does not fit in int64",
+                field,
+                (k,),
+            )
     dtype = a.dtype if a is not None else "object"
-    raise CollateTypeError(f"default_collate: cannot make a tensor of {_where(field)}: the numbers make a NumPy "
-                           f"array of dtype {dtype}, which has no flow dtype", field)
+    raise CollateTypeError(
+        f"default_collate: cannot make a tensor of {_where(field)}: the numbers make a NumPy "
+        f"array of dtype {dtype}, which has no flow dtype",
+        field,
+    )
 
 
 def _mapping(batch, field: str):
@@ -167,12 +204,20 @@ def _diagnose_mapping(batch, field: str, key) -> None:
     elem = batch[0]
     for k, d in enumerate(batch):
         if not isinstance(d, Mapping):
-            raise CollateTypeError(f"default_collate: cannot collate {_where(field)}: sample 0 is a "
-                                   f"{type(elem).__name__} but sample {k} is {_type_name(d)}", field, (0, k))
+            raise CollateTypeError(
+                f"default_collate: cannot collate {_where(field)}: sample 0 is a "
+                f"{type(elem).__name__} but sample {k} is {_type_name(d)}",
+                field,
+                (0, k),
+            )
         if key not in d:
             missing = [x for x in elem if x not in d]
-            raise CollateError(f"default_collate: cannot collate {_where(field)}: sample {k} lacks {missing} "
-                               f"compared with sample 0 (keys {list(elem)})", field, (0, k))
+            raise CollateError(
+                f"default_collate: cannot collate {_where(field)}: sample {k} lacks {missing} "
+                f"compared with sample 0 (keys {list(elem)})",
+                field,
+                (0, k),
+            )
 
 
 def _sequence(batch, field: str):
@@ -181,12 +226,20 @@ def _sequence(batch, field: str):
     elem_type = type(elem)
     for k, s in enumerate(batch):
         if type(s) is not elem_type and (isinstance(s, (str, bytes)) or not isinstance(s, Sequence)):
-            raise CollateTypeError(f"default_collate: cannot collate {_where(field)}: sample 0 is a "
-                                   f"{type(elem).__name__} but sample {k} is {_type_name(s)}", field, (0, k))
+            raise CollateTypeError(
+                f"default_collate: cannot collate {_where(field)}: sample 0 is a "
+                f"{type(elem).__name__} but sample {k} is {_type_name(s)}",
+                field,
+                (0, k),
+            )
         if len(s) != n:
-            raise CollateError(f"default_collate: cannot collate {_where(field)}: each element in list of batch "
-                               f"should be of equal size, but sample 0 has {n} items and sample {k} has {len(s)} "
-                               f"({_HINT})", field, (0, k))
+            raise CollateError(
+                f"default_collate: cannot collate {_where(field)}: each element in list of batch "
+                f"should be of equal size, but sample 0 has {n} items and sample {k} has {len(s)} "
+                f"({_HINT})",
+                field,
+                (0, k),
+            )
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):
         return type(elem)(*(_collate([s[i] for s in batch], f"{field}.{name}") for i, name in enumerate(elem._fields)))
     transposed = [_collate([s[i] for s in batch], f"{field}[{i}]") for i in range(n)]
@@ -212,8 +265,12 @@ def _collate(batch, field: str):
         return _mapping(batch, field)
     if isinstance(elem, Sequence):
         return _sequence(batch, field)
-    raise CollateTypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
-                           f"found {type(elem).__name__} in {_where(field)}", field, (0,))
+    raise CollateTypeError(
+        f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
+        f"found {type(elem).__name__} in {_where(field)}",
+        field,
+        (0,),
+    )
 
 
 def default_collate(batch):

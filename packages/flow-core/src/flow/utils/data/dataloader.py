@@ -25,8 +25,15 @@ from flow.utils.data.collate import CollateError, CollateTypeError, default_coll
 from flow.utils.data.dataset import IterableDataset
 from flow.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info", "DataLoaderWorkerError",
-           "CollateError", "CollateTypeError"]
+__all__ = [
+    "DataLoader",
+    "default_collate",
+    "default_convert",
+    "get_worker_info",
+    "DataLoaderWorkerError",
+    "CollateError",
+    "CollateTypeError",
+]
 
 get_worker_info = _worker.get_worker_info
 
@@ -54,18 +61,34 @@ class DataLoader:
     ``base_seed + i``, ``base_seed`` being drawn from ``generator`` at each epoch.
     """
 
-    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
-                 batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
-                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
-                 generator: Generator | None = None, *, prefetch_factor: int | None = None,
-                 persistent_workers: bool = False) -> None:
+    def __init__(
+        self,
+        dataset,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler=None,
+        batch_sampler=None,
+        num_workers: int = 0,
+        collate_fn=None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn=None,
+        multiprocessing_context=None,
+        generator: Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+    ) -> None:
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing")
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
-            raise ValueError("prefetch_factor option could only be specified in multiprocessing; "
-                             "let num_workers > 0 to enable multiprocessing")
+            raise ValueError(
+                "prefetch_factor option could only be specified in multiprocessing; "
+                "let num_workers > 0 to enable multiprocessing"
+            )
         if prefetch_factor is None:
             prefetch_factor = 2
         if prefetch_factor < 1:
@@ -83,12 +106,14 @@ class DataLoader:
         self.persistent_workers = persistent_workers
         self._iterable = isinstance(dataset, IterableDataset)
         if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
-            raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
-                             "and drop_last")
+            raise ValueError(
+                "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last"
+            )
         if self._iterable:
             if shuffle not in (None, False):
-                raise ValueError(f"DataLoader with IterableDataset: expected unspecified shuffle option, "
-                                 f"but got shuffle={shuffle}")
+                raise ValueError(
+                    f"DataLoader with IterableDataset: expected unspecified shuffle option, but got shuffle={shuffle}"
+                )
             if sampler is not None or batch_sampler is not None:
                 raise ValueError("DataLoader with IterableDataset: expected no sampler / batch_sampler")
             sampler = _InfiniteConstantSampler()
@@ -102,8 +127,9 @@ class DataLoader:
             batch_size, drop_last = None, False
         elif batch_size is None:
             if drop_last:
-                raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with "
-                                 "drop_last")
+                raise ValueError(
+                    "batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
+                )
         elif not self._iterable:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.batch_size = batch_size
@@ -133,7 +159,7 @@ class DataLoader:
 
     def _shared_seed(self) -> int:
         gen = self.generator if self.generator is not None else default_generator
-        return int(gen._rng.integers(0, 2 ** 62))
+        return int(gen._rng.integers(0, 2**62))
 
     def __iter__(self):
         if self.num_workers == 0:
@@ -171,8 +197,9 @@ class _SingleProcessIter:
     def __next__(self):
         ld = self._loader
         if ld._iterable:
-            return _worker._fetch(ld.dataset, True, self._data_iter, ld.batch_size, self._auto, ld.collate_fn,
-                                  ld.drop_last, 0)
+            return _worker._fetch(
+                ld.dataset, True, self._data_iter, ld.batch_size, self._auto, ld.collate_fn, ld.drop_last, 0
+            )
         indices = next(self._sampler_iter)
         return _worker._fetch(ld.dataset, False, None, indices, self._auto, ld.collate_fn, ld.drop_last, 0)
 
@@ -232,9 +259,21 @@ class _MultiProcessIter:
                 iq.cancel_join_thread()
                 w = ctx.Process(
                     target=_worker.worker_loop,
-                    args=(loader.dataset, loader._iterable, iq, self._result_queue, loader._auto_collation,
-                          loader.collate_fn, loader.drop_last, base_seed, loader.worker_init_fn, i, self._n,
-                          os.getpid(), mask),
+                    args=(
+                        loader.dataset,
+                        loader._iterable,
+                        iq,
+                        self._result_queue,
+                        loader._auto_collation,
+                        loader.collate_fn,
+                        loader.drop_last,
+                        base_seed,
+                        loader.worker_init_fn,
+                        i,
+                        self._n,
+                        os.getpid(),
+                        mask,
+                    ),
                     daemon=True,
                 )
                 w.start()
@@ -346,4 +385,3 @@ class _MultiProcessIter:
             self._close()
         except Exception:
             pass
-

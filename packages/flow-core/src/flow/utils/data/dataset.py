@@ -11,8 +11,7 @@ from typing import Iterable, Sequence
 from flow._random import host_rng
 from flow._tensor import Tensor
 
-__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "ChainDataset",
-           "random_split"]
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "ChainDataset", "random_split"]
 
 
 class Dataset:
@@ -57,8 +56,10 @@ class TensorDataset(Dataset):
             if not isinstance(t, Tensor):
                 raise TypeError(f"TensorDataset: argument {i} is a {type(t).__name__}, not a flow Tensor")
             if t.ndim == 0 or t.shape[0] != n:
-                raise ValueError("Size mismatch between tensors: every tensor needs the same first dimension, got "
-                                 f"shapes {[tuple(x.shape) for x in tensors]}")
+                raise ValueError(
+                    "Size mismatch between tensors: every tensor needs the same first dimension, got "
+                    f"shapes {[tuple(x.shape) for x in tensors]}"
+                )
         self.tensors = tensors
 
     def __getitem__(self, index):
@@ -150,8 +151,9 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Su
             sizes[i % len(sizes)] += 1
         for i, s in enumerate(sizes):
             if s == 0:
-                warnings.warn(f"Length of split at index {i} is 0. This might result in an empty dataset.",
-                              stacklevel=2)
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.", stacklevel=2
+                )
         lengths = sizes
     if any(int(x) != x or x < 0 for x in lengths):
         raise ValueError(f"random_split: lengths must be non-negative integers or fractions, got {lengths}")
@@ -160,6 +162,6 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Su
     perm = host_rng(generator).permutation(n).tolist()
     out, offset = [], 0
     for length in lengths:
-        out.append(Subset(dataset, perm[offset:offset + int(length)]))
+        out.append(Subset(dataset, perm[offset : offset + int(length)]))
         offset += int(length)
     return out

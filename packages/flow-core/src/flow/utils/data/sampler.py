@@ -10,8 +10,15 @@ import numpy as np
 
 from flow._random import Generator, default_generator
 
-__all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler",
-           "BatchSampler", "DistributedSampler"]
+__all__ = [
+    "Sampler",
+    "SequentialSampler",
+    "RandomSampler",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+    "BatchSampler",
+    "DistributedSampler",
+]
 
 
 def _fresh_generator(generator: Generator | None) -> Generator:
@@ -20,7 +27,7 @@ def _fresh_generator(generator: Generator | None) -> Generator:
         if not isinstance(generator, Generator):
             raise TypeError(f"generator must be a flow.Generator, got {type(generator).__name__}")
         return generator
-    seed = int(default_generator._rng.integers(0, 2 ** 63 - 1))
+    seed = int(default_generator._rng.integers(0, 2**63 - 1))
     return Generator().manual_seed(seed)
 
 
@@ -54,8 +61,9 @@ class RandomSampler(Sampler):
     a generator seeded from flow's default generator is made per iteration.
     """
 
-    def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None,
-                 generator: Generator | None = None) -> None:
+    def __init__(
+        self, data_source, replacement: bool = False, num_samples: int | None = None, generator: Generator | None = None
+    ) -> None:
         self.data_source = data_source
         self.replacement = replacement
         self._num_samples = num_samples
@@ -104,8 +112,7 @@ class SubsetRandomSampler(Sampler):
 class WeightedRandomSampler(Sampler):
     """``num_samples`` indices drawn with probabilities proportional to ``weights``."""
 
-    def __init__(self, weights, num_samples: int, replacement: bool = True,
-                 generator: Generator | None = None) -> None:
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator: Generator | None = None) -> None:
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
             raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
         w = np.asarray(weights, dtype=np.float64)
@@ -176,8 +183,15 @@ class DistributedSampler(Sampler):
     MPI's / PMI's variables).
     """
 
-    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        dataset,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
         if num_replicas is None:
             num_replicas = _dist_env("num_replicas", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
         if rank is None:
@@ -215,7 +229,7 @@ class DistributedSampler(Sampler):
                 indices += (indices * math.ceil(pad / len(indices)))[:pad]
         else:
             indices = indices[: self.total_size]
-        return iter(indices[self.rank:self.total_size:self.num_replicas])
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
 
     def __len__(self) -> int:
         return self.num_samples
