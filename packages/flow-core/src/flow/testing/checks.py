@@ -372,14 +372,12 @@ def opcheck(
     return report
 
 
-def _check_shape_only_grad(op_name: str, args: tuple, kwargs: dict, where: str) -> None:
-    """On a shape-only device: backward through the op gives each input a gradient of its own
-    shape, dtype and device (the gradient formula, run with flow ops, agrees with the meta rules)."""
-    import flow
+def float_leaves(args: tuple) -> tuple[list, list]:
+    """Inputs with a floating dtype (alone or in a list of tensors) made leaves that require grad, and
+    the call arguments using them: ``(leaves, call_args)``."""
     from flow._tensor import Tensor
 
-    leaves = []
-    call_args = []
+    leaves, call_args = [], []
     for a in args:
         if isinstance(a, Tensor) and a.dtype.is_floating_point:
             t = a.detach().requires_grad_(True)
@@ -395,6 +393,15 @@ def _check_shape_only_grad(op_name: str, args: tuple, kwargs: dict, where: str) 
             call_args.append(type(a)(seq))
         else:
             call_args.append(a)
+    return leaves, call_args
+
+
+def _check_shape_only_grad(op_name: str, args: tuple, kwargs: dict, where: str) -> None:
+    """On a shape-only device: backward through the op gives each input a gradient of its own
+    shape, dtype and device (the gradient formula, run with flow ops, agrees with the meta rules)."""
+    import flow
+
+    leaves, call_args = float_leaves(args)
     if not leaves:
         return
     try:

@@ -30,35 +30,14 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-
-def _float_leaves(args: tuple) -> tuple[list, list]:
-    """Inputs with a floating dtype made leaves that require grad; the call arguments using them."""
-    from flow._tensor import Tensor
-
-    leaves, call = [], []
-    for a in args:
-        if isinstance(a, Tensor) and a.dtype.is_floating_point:
-            t = a.detach().requires_grad_(True)
-            leaves.append(t)
-            call.append(t)
-        elif isinstance(a, (list, tuple)) and a and all(isinstance(e, Tensor) for e in a):
-            seq = []
-            for e in a:
-                if e.dtype.is_floating_point:
-                    e = e.detach().requires_grad_(True)
-                    leaves.append(e)
-                seq.append(e)
-            call.append(type(a)(seq))
-        else:
-            call.append(a)
-    return leaves, call
+from flow.testing.checks import float_leaves
 
 
 def _grads(op_name: str, args: tuple, kwargs: dict, device: str, seed: int):
     """Gradients of the op's floating outputs (projected on seeded random output gradients) on ``device``."""
     import flow
 
-    leaves, call = _float_leaves(args)
+    leaves, call = float_leaves(args)
     if not leaves:
         return None
     out = flow.ops.call(op_name, *call, **kwargs)
