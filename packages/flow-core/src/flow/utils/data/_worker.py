@@ -1,7 +1,7 @@
 """DataLoader worker processes: the loop each worker runs, and what travels between processes.
 
 A worker receives tasks ``(epoch, task_idx, indices)`` on its own index queue and answers
-``(epoch, task_idx, payload)`` on the shared result queue. The payload is pickled by the worker
+``(epoch, task_idx, payload)`` down its own result pipe. The payload is pickled by the worker
 itself (so a sample that cannot be pickled becomes an error the main process sees instead of a
 silently lost batch); flow tensors travel as NumPy arrays plus their dtype name. A failure is
 sent as an :class:`ExceptionWrapper` carrying the worker's traceback text, which the main
@@ -233,7 +233,7 @@ def worker_loop(
     dataset,
     iterable: bool,
     index_queue,
-    result_queue,
+    result_pipe,
     auto_collation: bool,
     collate_fn,
     drop_last: bool,
@@ -287,8 +287,10 @@ def worker_loop(
                         where=f"in DataLoader worker process {worker_id} while sending a batch to the main process"
                     )
                 )
-            result_queue.put((epoch, idx, blob))
+            result_pipe.send((epoch, idx, blob))
     except KeyboardInterrupt:
         pass
+    except (BrokenPipeError, EOFError, OSError):
+        pass  # the main process has gone, or closed the pipe on shutdown
     finally:
-        result_queue.cancel_join_thread()
+        result_pipe.close()

@@ -14,9 +14,9 @@ import itertools
 import multiprocessing
 import os
 import pickle
-import queue
 import time
 import weakref
+from multiprocessing.connection import wait as _wait_readable
 
 from flow._random import Generator, default_generator
 from flow.errors import FlowError
@@ -216,7 +216,7 @@ def _mp_context(ctx):
     return ctx
 
 
-def _shutdown(workers, index_queues, result_queue) -> None:
+def _shutdown(workers, index_queues, result_readers) -> None:
     """Stop the workers: ask politely, wait ``JOIN_TIMEOUT``, then terminate. Never blocks for long."""
     for q in index_queues:
         try:
@@ -233,10 +233,15 @@ def _shutdown(workers, index_queues, result_queue) -> None:
         if w.is_alive() and hasattr(w, "kill"):
             w.kill()
             w.join(timeout=1.0)
-    for q in (*index_queues, result_queue):
+    for q in index_queues:
         try:
             q.cancel_join_thread()
             q.close()
+        except Exception:
+            pass
+    for r in result_readers:
+        try:
+            r.close()
         except Exception:
             pass
 
@@ -248,7 +253,12 @@ class _MultiProcessIter:
         self._prefetch = loader.prefetch_factor * self._n
         self._closed = False
         ctx = _mp_context(loader.multiprocessing_context)
-        self._result_queue = ctx.Queue()
+        # Each worker sends its batches down a pipe of its own, whose only writer it is: the main process
+        # closes its copy as soon as the worker has started (so workers started later do not inherit
+        # it). A worker that dies, even halfway through sending a batch, then ends its pipe (EOF) and the
+        # main process notices at once, instead of waiting forever for the rest of a message that a
+        # shared queue (written to by the other workers too) would never deliver.
+        self._readers: list = []
         self._index_queues, self._workers = [], []
         base_seed = loader._shared_seed()
         # SIGINT / SIGTERM stay blocked while the workers start, so that none reaches a worker before it has
@@ -257,13 +267,14 @@ class _MultiProcessIter:
             for i in range(self._n):
                 iq = ctx.Queue()
                 iq.cancel_join_thread()
+                reader, writer = ctx.Pipe(duplex=False)
                 w = ctx.Process(
                     target=_worker.worker_loop,
                     args=(
                         loader.dataset,
                         loader._iterable,
                         iq,
-                        self._result_queue,
+                        writer,
                         loader._auto_collation,
                         loader.collate_fn,
                         loader.drop_last,
@@ -277,9 +288,12 @@ class _MultiProcessIter:
                     daemon=True,
                 )
                 w.start()
+                writer.close()
+                self._readers.append(reader)
                 self._index_queues.append(iq)
                 self._workers.append(w)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._index_queues, self._result_queue)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._index_queues, self._readers)
+        self._open = dict(enumerate(self._readers))  # worker -> its pipe, while it has not ended
         self._epoch = 0
         self._reset(first=True)
 
@@ -322,14 +336,18 @@ class _MultiProcessIter:
             wait = _worker.POLL_INTERVAL
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - time.monotonic()))
-            try:
-                return self._result_queue.get(timeout=wait)
-            except queue.Empty:
-                pass
+            for reader in _wait_readable(list(self._open.values()), timeout=wait):
+                try:
+                    return reader.recv()
+                except (EOFError, OSError):  # its worker is gone (the pipe ended, maybe mid-message)
+                    self._open = {i: r for i, r in self._open.items() if r is not reader}
             if deadline is not None and time.monotonic() >= deadline:
                 raise DataLoaderWorkerError(f"DataLoader timed out after {timeout} seconds waiting for a batch")
-            dead = [w for w in self._workers if not w.is_alive()]
+            ended = [w for i, w in enumerate(self._workers) if i not in self._open]
+            dead = [w for w in self._workers if not w.is_alive()] or ended
             if dead:
+                for w in dead:
+                    w.join(timeout=1.0)  # for its exit code
                 self._close()
                 desc = ", ".join(f"pid {w.pid} (exit code {w.exitcode})" for w in dead)
                 raise DataLoaderWorkerError(f"DataLoader worker(s) exited unexpectedly: {desc}")
