@@ -22,7 +22,27 @@ import threading
 from collections import deque
 from typing import Any, Callable
 
+import numpy as np
+
 from flow.errors import FlowError
+
+
+def call_step(step, values: list) -> None:
+    """Run one step reading and writing ``values`` (the interpreted path: dataflow mode, tuning)."""
+    args = []
+    for kind, a in step.args:
+        if kind == "s":
+            args.append(values[a])
+        elif kind == "l":
+            args.append([values[x] for x in a])
+        else:
+            args.append(a)
+    out = step.kernel(*args, **step.attrs)
+    if len(step.outs) == 1 and not isinstance(out, (tuple, list)):
+        values[step.outs[0]] = np.asarray(out) if step.scalar_out else out
+    else:
+        for s, o in zip(step.outs, out):
+            values[s] = o
 
 
 class Channel:
@@ -192,7 +212,6 @@ def schedule(nodes, deps: dict) -> list[int]:
 
 def run_dataflow(plan, values: list) -> None:
     """Run ``plan``'s steps through the scheduler (tokens signal readiness; arrays live in ``values``)."""
-    from flow.graph.executor import call_step
 
     by_node = {s.node.id: s for s in plan.steps}
     fns = {nid: (lambda *tokens, s=s: call_step(s, values)) for nid, s in by_node.items()}

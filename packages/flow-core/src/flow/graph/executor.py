@@ -20,6 +20,7 @@ import numpy as np
 from flow._fpstate import IGNORE as FP_IGNORE
 from flow._fpstate import fp_reset, fp_set
 from flow.errors import FlowError
+from flow.graph.dataflow import run_dataflow
 
 
 class GraphExecutionError(FlowError):
@@ -59,24 +60,6 @@ def _located_error(plan, step, err: BaseException) -> GraphExecutionError:
     )
     cls = GraphMemoryError if isinstance(err, MemoryError) else GraphExecutionError
     return cls(msg, n, loc)
-
-
-def call_step(step, values: list) -> None:
-    """Run one step reading and writing ``values`` (the interpreted path: dataflow mode, tuning)."""
-    args = []
-    for kind, a in step.args:
-        if kind == "s":
-            args.append(values[a])
-        elif kind == "l":
-            args.append([values[x] for x in a])
-        else:
-            args.append(a)
-    out = step.kernel(*args, **step.attrs)
-    if len(step.outs) == 1 and not isinstance(out, (tuple, list)):
-        values[step.outs[0]] = np.asarray(out) if step.scalar_out else out
-    else:
-        for s, o in zip(step.outs, out):
-            values[s] = o
 
 
 class _Tuner:
@@ -221,8 +204,6 @@ class Executor:
         return None
 
     def _run_dataflow(self, inputs, states, hosts):
-        from flow.graph.dataflow import run_dataflow
-
         plan = self.plan
         values: list = [None] * plan.n_slots
         for s, a in zip(plan.input_slots, inputs):

@@ -21,21 +21,13 @@ import os
 import sys
 
 from flow.errors import FlowError
+from flow_models.train.exits import EXIT_FAILURE, EXIT_USAGE, OneLineErrorParser
 from flow_models.train.options import SETTINGS, parse_assignment
 
 __all__ = ["main", "build_parser", "OneLineErrorParser", "EXIT_USAGE", "EXIT_FAILURE"]
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+
 PROG = "flow-train"
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (``prog: error: ...``) instead of usage plus message."""
-
-    def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 def _add(group, name: str, **kw) -> None:

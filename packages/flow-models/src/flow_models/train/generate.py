@@ -15,8 +15,8 @@ import numpy as np
 import flow
 from flow_models.data.text import CharTokenizer, tokenizer_from_info
 from flow_models.train.build import MODEL_ARG_SYNONYMS, model_config_dict
-from flow_models.train.cli import EXIT_FAILURE, EXIT_USAGE, OneLineErrorParser
 from flow_models.train.config import TrainError
+from flow_models.train.exits import EXIT_FAILURE, EXIT_USAGE, OneLineErrorParser
 from flow_models.train.options import SETTINGS, Setting, existing_file
 
 __all__ = ["sample_text", "sample_from_trainer", "generate_from_checkpoint", "check_prompt", "build_parser", "main"]

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from flow.errors import FlowError
+
 #: how often (seconds) a blocked worker / main process wakes up to check that the other side lives
 POLL_INTERVAL = 0.5
 
@@ -50,6 +52,10 @@ _worker_info: WorkerInfo | None = None
 def get_worker_info() -> WorkerInfo | None:
     """In a DataLoader worker: its id, the number of workers, its seed and its dataset copy; else ``None``."""
     return _worker_info
+
+
+class DataLoaderWorkerError(FlowError):
+    """A DataLoader worker failed (died, or raised an exception that cannot be rebuilt in the main process)."""
 
 
 class ExceptionWrapper:
@@ -80,8 +86,6 @@ class ExceptionWrapper:
             except Exception:
                 exc = None
         if exc is None:
-            from flow.utils.data.dataloader import DataLoaderWorkerError
-
             exc = DataLoaderWorkerError(msg)
         raise exc
 

@@ -19,8 +19,8 @@ import weakref
 from multiprocessing.connection import wait as _wait_readable
 
 from flow._random import Generator, default_generator
-from flow.errors import FlowError
 from flow.utils.data import _worker
+from flow.utils.data._worker import DataLoaderWorkerError
 from flow.utils.data.collate import CollateError, CollateTypeError, default_collate, default_convert
 from flow.utils.data.dataset import IterableDataset
 from flow.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
@@ -39,10 +39,6 @@ get_worker_info = _worker.get_worker_info
 
 #: seconds to wait for a worker to exit on shutdown before terminating it
 JOIN_TIMEOUT = 5.0
-
-
-class DataLoaderWorkerError(FlowError):
-    """A DataLoader worker failed (died, or raised an exception that cannot be rebuilt in the main process)."""
 
 
 class _InfiniteConstantSampler(Sampler):
