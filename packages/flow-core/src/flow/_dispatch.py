@@ -521,13 +521,4 @@ def _scalar(v, dt):
 def _cast(t, dt):
     # by name, through the dispatcher: importing flow.ops here would tie the dispatcher into the
     # import cycle of the op modules
-    h = _CAST_HANDLE[0]
-    if h is None:
-        h = _CAST_HANDLE[0] = _handle_for("cast")
-    op = h.opdef or h.resolve()
-    if _ACTIVE[0] and _CHAIN.chain:
-        return _intercepted(op, (t,), {"dtype": dt.name})
-    return execute(op, (t,), {"dtype": dt.name})
-
-
-_CAST_HANDLE: list = [None]
+    return call("cast", t, dtype=dt.name)
