@@ -2,7 +2,7 @@
 
 - ``lint``: ruff check and ruff format --check over packages/, examples/, benchmarks/, tools/ and this file
   (settings in ruff.toml);
-- ``structure``: no source module over 600 lines, no import cycle in any package (tools/structure.py;
+- ``structure``: no Python file over 600 lines, no import cycle in any package (tools/structure.py;
   deferred imports inside functions are reported, not failed on);
 - ``tests(package=...)``: one session per ``packages/*`` with a pyproject: flow-core, then the
   package with its ``test`` extra, then its ``tests/`` with pytest;

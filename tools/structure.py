@@ -1,9 +1,10 @@
 """Structure checks of the monorepo's source: module size and import cycles.
 
-``python tools/structure.py`` prints every source module over the line budget and every import cycle
-among the modules of each package, and exits 1 when it found either. An import counts when it runs at
-import time: module level, including ``try``/``if`` blocks, but not inside a function (a deferred
-import is how a cycle is broken on purpose) and not under ``if TYPE_CHECKING:``.
+``python tools/structure.py`` prints every Python file (sources, tests, benchmarks) over the line
+budget and every import cycle among the modules of each package, and exits 1 when it found either.
+An import counts when it runs at import time: module level, including ``try``/``if`` blocks, but
+not inside a function (a deferred import is how a cycle is broken on purpose) and not under
+``if TYPE_CHECKING:``.
 
 Run by ``nox -s structure``.
 """
@@ -143,9 +144,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def long_modules(max_lines: int) -> list[tuple[Path, int]]:
+    """Python files of the packages (sources and tests), examples, benchmarks and tools over the budget."""
+    folders = [*ROOT.glob("packages/*"), *ROOT.glob("examples/*"), ROOT / "benchmarks", ROOT / "tools"]
     out = []
-    for pkg_dir in source_roots().values():
-        for path in sorted(pkg_dir.rglob("*.py")):
+    for folder in sorted(f for f in folders if f.is_dir()):
+        for path in sorted(folder.rglob("*.py")):
+            if any(part in ("build", "_skbuild") or part.startswith(".") for part in path.relative_to(ROOT).parts):
+                continue
             n = len(path.read_text(encoding="utf-8").splitlines())
             if n > max_lines:
                 out.append((path.relative_to(ROOT), n))
