@@ -37,7 +37,7 @@ _dispatch.Node = _node.Node
 _node.Tensor = Tensor
 _engine.Tensor = Tensor
 
-from flow import array_kinds, autograd, errors, interceptors, ops, plugins  # noqa: E402
+from flow import array_kinds, autograd, errors, interceptors, ops, plugins, provided  # noqa: E402
 from flow._creation import (  # noqa: E402
     arange,
     as_tensor,
@@ -127,3 +127,11 @@ def is_tensor(obj) -> "builtins.bool":  # noqa: F821
 
 def numel(input: Tensor) -> "builtins.int":  # noqa: F821
     return input.numel()
+
+
+def __getattr__(name: str):
+    # names plugins provide (flow.placement from flow-dist, ...): see flow.provided
+    return provided.flow_getattr(name)
+
+
+_IMPORTED = True  # flow.provided answers plugin-provided names only once flow is imported

@@ -446,3 +446,45 @@ def _rebuild_tensor(arr, dtype_name, device_str, requires_grad):
     if requires_grad:
         t._requires_grad = True
     return t
+
+
+# -- global tensors: placement= / sbp= (flow-dist, through flow.provided) ------------------------
+_GLOBAL_FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange")
+_GLOBAL_LIKE = ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like")
+
+
+def _placement_capable(fn, like: bool):
+    """``fn`` taking ``placement=`` and ``sbp=`` too: the logical tensor is built whole on every rank
+    (the same values for the same seed, whatever the placement and SBP) and flow-dist's
+    ``global_factory`` keeps this rank's piece. A ``*_like`` of a global tensor is global like it."""
+    import functools
+
+    @functools.wraps(fn)
+    def factory(*args, placement=None, sbp=None, **kwargs):
+        if placement is None and sbp is None:
+            if not like or not args or args[0]._data.__class__ is np.ndarray or not args[0].is_global:
+                return fn(*args, **kwargs)
+            placement, sbp = args[0].placement, args[0].sbp
+        elif placement is None or sbp is None:
+            raise OpError(fn.__name__, "placement= and sbp= go together: give both for a global tensor")
+        from flow import provided
+
+        make = provided.require("global_factory", f"flow.{fn.__name__}(placement=...)")
+        requires_grad = kwargs.pop("requires_grad", False)
+        out = make(fn(*args, **kwargs), placement, sbp)
+        if requires_grad:
+            out.requires_grad_(True)
+        return out
+
+    return factory
+
+
+def _add_placement() -> None:
+    g = globals()
+    for name in _GLOBAL_FACTORIES:
+        g[name] = _placement_capable(g[name], like=False)
+    for name in _GLOBAL_LIKE:
+        g[name] = _placement_capable(g[name], like=True)
+
+
+_add_placement()

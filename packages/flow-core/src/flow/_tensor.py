@@ -15,6 +15,7 @@ from flow._dispatch import _KINDS
 from flow._methods.autograd import AutogradMethods
 from flow._methods.conversion import ConversionMethods
 from flow._methods.elementwise import ElementwiseMethods
+from flow._methods.global_ import GlobalMethods
 from flow._methods.indexing import IndexingMethods
 from flow._methods.linalg import LinalgMethods
 from flow._methods.movement import MovementMethods
@@ -33,6 +34,7 @@ class Tensor(
     IndexingMethods,
     LinalgMethods,
     NNMethods,
+    GlobalMethods,
 ):
     """A multi-dimensional array on a device, with autograd.
 

@@ -46,3 +46,8 @@ class PluginError(FlowError, ImportError):
 
 class RegistrationError(FlowError, ValueError):
     """A duplicate or malformed registration."""
+
+
+class FeatureNotInstalledError(FlowError, AttributeError):
+    """An API that a plugin provides (``flow.placement``, ``Tensor.to_global``, ...) was used
+    without the package that provides it (see :mod:`flow.provided`)."""

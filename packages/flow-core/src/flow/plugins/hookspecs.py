@@ -5,7 +5,8 @@ A plugin is a module (or object) named by an entry point in the group
 :data:`flow.plugins.hookimpl`. Hooks run once, when a registry is first used,
 in this order: ``flow_add_hookspecs``, ``flow_register_device_types``,
 ``flow_register_ops``, ``flow_register_tables``, ``flow_register_kernels``,
-``flow_register_rules``, ``flow_register_passes``, ``flow_plugin_loaded``.
+``flow_register_rules``, ``flow_register_passes``, ``flow_register_api``,
+``flow_plugin_loaded``.
 Each plugin runs a phase before the next phase starts, so a kernel can
 target an op from any plugin and a rule can go into any plugin's table.
 
@@ -86,6 +87,13 @@ def flow_register_rules(registry) -> None:
 def flow_register_passes(registry) -> None:
     """Add graph passes with ``registry.register_pass(name, fn, before=..., after=...)``;
     ``fn(ir, config) -> ir``."""
+
+
+@hookspec
+def flow_register_api(registry) -> None:
+    """Provide names of the ``flow`` namespace and Tensor/Module methods with
+    ``registry.register_api(name, obj)`` (see :mod:`flow.provided`): flow-dist's
+    ``flow.placement``, ``flow.sbp``, ``flow.env``, ``flow.comm`` and ``Tensor.to_global``."""
 
 
 @hookspec

@@ -38,6 +38,7 @@ PHASES = (
     "flow_register_kernels",
     "flow_register_rules",
     "flow_register_passes",
+    "flow_register_api",
     "flow_plugin_loaded",
 )
 

@@ -78,6 +78,7 @@ class Registry:
         self._ops: dict[str, OpDef] = {}
         self._tables: dict[str, RuleTable] = {}
         self._passes = PassRegistry()
+        self._api: dict[str, Any] = {}  # flow.provided: names plugins add to flow's API
         self.current_plugin = "<user>"
         # plugin name -> kind -> list of names, for `python -m flow plugins`
         self.provenance: dict[str, dict[str, list[str]]] = {}
@@ -412,6 +413,41 @@ class Registry:
         )
         if order is not None:
             self._passes[name].order = order  # an override keeps the pass's place in the pipeline
+
+    # -- API provided by plugins (flow.provided) ---------------------------
+    @property
+    def api(self) -> dict[str, Any]:
+        """name -> object of the API plugins provide (loads the plugins on first use)."""
+        _ensure_loaded()
+        return self._api
+
+    def register_api(self, name: str, obj: Any, *, override: bool = False, priority: int | None = None) -> None:
+        """Provide ``flow.<name>`` (``name`` without a dot) or a hook of :mod:`flow.provided`
+        (``"Tensor.to_global"``, ``"Module.to_global"``, ``"global_factory"``, ...)."""
+        if not isinstance(name, str) or not name or name.startswith("_"):
+            raise RegistrationError(f"register_api: expected a public name, got {name!r}")
+        win = self._claims.claim(
+            ("api", name),
+            obj,
+            self.current_plugin,
+            priority=priority,
+            override=override,
+            duplicate=lambda w: (
+                f"API name '{name}' is already provided by plugin '{w.plugin}'; "
+                "pass override=True (or a higher priority=) to replace it"
+            ),
+        )
+        self._set_api(name, win.value)
+        self._note("api", name)
+
+    def _set_api(self, name: str, obj: Any) -> None:
+        if obj is None:
+            self._api.pop(name, None)
+        else:
+            self._api[name] = obj
+        from flow import provided
+
+        provided.forget(name)
 
     # -- overrides and removal ---------------------------------------------
     def contested(self) -> list[dict]:

@@ -39,6 +39,8 @@ def remove_plugin(reg: Registry, name: str) -> None:
                     t.register(slot[2], win.value, plugin=win.plugin)
         elif kind == "pass":
             reg._set_pass(slot[1], None if win is None else win.value)
+        elif kind == "api":
+            reg._set_api(slot[1], None if win is None else win.value)
     for op in gone_ops:  # kernels other plugins attached to an op that is gone go with it
         for slot in book.slots("kernel"):
             if slot[1] == op:

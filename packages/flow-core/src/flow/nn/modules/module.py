@@ -455,6 +455,12 @@ class Module(StateDictMixin):
 
         return self._apply(convert)
 
+    def to_global(self, placement=None, sbp=None) -> "Module":
+        """Make every parameter and buffer global on ``placement`` with ``sbp`` (flow-dist; OneFlow's API)."""
+        from flow import provided
+
+        return provided.require("Module.to_global", "nn.Module.to_global")(self, placement, sbp)
+
     def cpu(self) -> "Module":
         return self._apply(lambda t: t.cpu())
 
