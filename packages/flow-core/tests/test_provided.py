@@ -80,7 +80,7 @@ def test_without_the_plugin_the_names_say_which_package_provides_them():
             getattr(flow, name)
         assert not hasattr(flow, name)
     with pytest.raises(FeatureNotInstalledError, match="flow-amp"):
-        flow.autocast
+        _ = flow.autocast
     x = flow.zeros(2, 3)
     with pytest.raises(FeatureNotInstalledError, match=r"Tensor.to_global.*flow-dist"):
         x.to_global(None, None)
@@ -92,19 +92,19 @@ def test_without_the_plugin_the_names_say_which_package_provides_them():
 
 def test_an_unknown_name_is_a_plain_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'") as e:
-        flow.no_such_name
+        _ = flow.no_such_name
     assert not isinstance(e.value, FeatureNotInstalledError)
     with pytest.raises(AttributeError):
-        flow._private_name
+        _ = flow._private_name
 
 
 def test_a_local_tensor_is_not_global_and_has_no_placement_or_sbp():
     x = flow.ones(3)
     assert x.is_global is False and x.is_local is True
     with pytest.raises(FlowError, match="local tensor"):
-        x.placement
+        _ = x.placement
     with pytest.raises(FlowError, match="local tensor"):
-        x.sbp
+        _ = x.sbp
 
 
 def test_registered_names_answer_and_go_away_with_the_plugin(fake_dist):
@@ -116,9 +116,9 @@ def test_registered_names_answer_and_go_away_with_the_plugin(fake_dist):
     flow.plugins.unregister("tests.fake_dist")
     try:
         with pytest.raises(FeatureNotInstalledError):
-            flow.placement
+            _ = flow.placement
         with pytest.raises(AttributeError):
-            flow.fake_extra
+            _ = flow.fake_extra
     finally:
         flow.plugins.register(types.SimpleNamespace(), name="tests.fake_dist")  # the fixture removes it
 

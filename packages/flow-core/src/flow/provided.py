@@ -122,6 +122,5 @@ def _missing(name: str, what: str) -> FeatureNotInstalledError:
     skipped = unloaded_plugins()
     why = f" (plugins not loaded: {', '.join(skipped)}; check FLOW_PLUGINS / FLOW_DISABLE_PLUGIN_AUTOLOAD)"
     return FeatureNotInstalledError(
-        f"{what} needs the '{pkg}' package, which is installed but did not provide it"
-        + (why if skipped else "")
+        f"{what} needs the '{pkg}' package, which is installed but did not provide it" + (why if skipped else "")
     )
