@@ -5,7 +5,8 @@
     python benchmarks/optim_step.py --variant old=/tmp/old/packages/flow-core/src --variant new=packages/flow-core/src
 
 Each model uses its optimizer from ``models.py`` (MLP: SGD; GPT: AdamW; ResNet-18: SGD with momentum
-and weight decay; DLRM: SGD over 8 tables of 100,000 x 64). A worker process builds the model and
+and weight decay; DLRM: SGD over 8 tables of 100,000 x 64; tiny: SGD with momentum over 8 parameters of
+16 x 16 and 16, where step()'s fixed cost per call shows). A worker process builds the model and
 optimizer, runs ``--warmup`` whole training steps (so the gradients and the optimizer's states
 exist), then times ``--steps`` calls of ``opt.step()`` alone on the last gradients. It also builds a
 second optimizer on the same model and times its first ``step()`` (with the states' allocation)
@@ -30,7 +31,22 @@ import sys
 import _common as C
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ("mlp", "gpt", "resnet18", "dlrm")
+MODELS = ("mlp", "gpt", "resnet18", "dlrm", "tiny")
+
+
+def _tiny_workload(fw):
+    """Four Linear(16, 16) layers (8 small parameters), SGD with momentum: step()'s fixed cost per
+    update call, which the real models' tensor sizes hide."""
+    m = fw.nn.Sequential(*[fw.nn.Linear(16, 16) for _ in range(4)])
+    opt = fw.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    x = fw.randn(8, 16)
+
+    def step():
+        opt.zero_grad()
+        m(x).square().mean().backward()
+        opt.step()
+
+    return m, opt, step
 
 
 def _use_tree(path: str) -> None:
@@ -46,7 +62,10 @@ def worker(variant: str, path: str | None, model: str, warmup: int, steps: int, 
     import models as M
 
     fw.manual_seed(0)
-    m, opt, step = M.make_workload(fw, model, M.make_batch(model))
+    if model == "tiny":
+        m, opt, step = _tiny_workload(fw)
+    else:
+        m, opt, step = M.make_workload(fw, model, M.make_batch(model))
     for _ in range(warmup):
         step()
     times = C.time_steps(opt.step, steps, 1, timer)
