@@ -145,7 +145,7 @@ def test_factories_build_the_whole_logical_tensor_and_the_hook_keeps_the_piece(f
 def test_a_second_provider_needs_override_and_removal_gives_the_first_back(fake_dist):
     other = types.ModuleType("tests.other_dist")
     other.flow_register_api = hookimpl(lambda registry: registry.register_api("placement", dict))
-    with pytest.raises(PluginError, match="already provided by plugin 'tests.fake_dist'"):
+    with pytest.raises(PluginError, match="API name 'placement' is already registered by plugin 'tests.fake_dist'"):
         flow.plugins.register(other, name="tests.other_dist")
     other.flow_register_api = hookimpl(lambda registry: registry.register_api("placement", dict, override=True))
     flow.plugins.register(other, name="tests.other_dist2")
@@ -156,3 +156,5 @@ def test_a_second_provider_needs_override_and_removal_gives_the_first_back(fake_
     assert flow.placement is FakePlacement
     with pytest.raises(RegistrationError, match="public name"):
         REGISTRY.register_api("_hidden", 1)
+    with pytest.raises(RegistrationError, match="needs an object"):
+        REGISTRY.register_api("nothing", None)

@@ -210,26 +210,38 @@ def _dt(dtype, default=None) -> D.dtype:
     return D.as_dtype(dtype)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None) -> Tensor:
     """A tensor of zeros."""
+    if placement is not None or sbp is not None:
+        return _global("zeros", placement, sbp, requires_grad, lambda: zeros(*size, dtype=dtype, device=device))
     dt = _dt(dtype)
     return _finish(_alloc("zeros", np.zeros, _size("zeros", size), dt.np), dt, _dev(device), requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def ones(*size, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None) -> Tensor:
     """A tensor of ones."""
+    if placement is not None or sbp is not None:
+        return _global("ones", placement, sbp, requires_grad, lambda: ones(*size, dtype=dtype, device=device))
     dt = _dt(dtype)
     return _finish(_alloc("ones", np.ones, _size("ones", size), dt.np), dt, _dev(device), requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad: bool = False, memory_format=None) -> Tensor:
+def empty(
+    *size, dtype=None, device=None, requires_grad: bool = False, memory_format=None, placement=None, sbp=None
+) -> Tensor:
     """An uninitialised tensor."""
+    if placement is not None or sbp is not None:
+        return _global("empty", placement, sbp, requires_grad, lambda: empty(*size, dtype=dtype, device=device))
     dt = _dt(dtype)
     return _finish(_alloc("empty", np.empty, _size("empty", size), dt.np), dt, _dev(device), requires_grad)
 
 
-def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None) -> Tensor:
     """A tensor filled with ``fill_value`` (dtype inferred from it, as PyTorch does)."""
+    if placement is not None or sbp is not None:
+        return _global(
+            "full", placement, sbp, requires_grad, lambda: full(size, fill_value, dtype=dtype, device=device)
+        )
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     dt = D.as_dtype(dtype) if dtype is not None else _infer_dtype(fill_value)
@@ -241,14 +253,30 @@ def _like(x: Tensor, dtype, device):
     return (D.as_dtype(dtype) if dtype is not None else x.dtype), (_dev(device) if device is not None else x.device)
 
 
-def zeros_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def zeros_like(
+    input: Tensor, *, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+) -> Tensor:
     """Zeros with ``input``'s shape (and dtype and device unless given)."""
+    if placement is not None or sbp is not None or input._data.__class__ is not np.ndarray:
+        g = _global_like(
+            "zeros_like", input, placement, sbp, requires_grad, lambda x: zeros_like(x, dtype=dtype, device=device)
+        )
+        if g is not None:
+            return g
     dt, dev = _like(input, dtype, device)
     return _finish(np.zeros(input._data.shape, dt.np), dt, dev, requires_grad)
 
 
-def ones_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def ones_like(
+    input: Tensor, *, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+) -> Tensor:
     """Ones with ``input``'s shape (and dtype and device unless given); seeds ``backward()``."""
+    if placement is not None or sbp is not None or input._data.__class__ is not np.ndarray:
+        g = _global_like(
+            "ones_like", input, placement, sbp, requires_grad, lambda x: ones_like(x, dtype=dtype, device=device)
+        )
+        if g is not None:
+            return g
     if dtype is None and device is None and not requires_grad:
         dev = input.device
         a = np.ones(input._data.shape, input.dtype.np)
@@ -257,18 +285,45 @@ def ones_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = F
     return _finish(np.ones(input._data.shape, dt.np), dt, dev, requires_grad)
 
 
-def empty_like(input: Tensor, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def empty_like(
+    input: Tensor, *, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+) -> Tensor:
+    if placement is not None or sbp is not None or input._data.__class__ is not np.ndarray:
+        g = _global_like(
+            "empty_like", input, placement, sbp, requires_grad, lambda x: empty_like(x, dtype=dtype, device=device)
+        )
+        if g is not None:
+            return g
     dt, dev = _like(input, dtype, device)
     return empty(tuple(input.shape), dtype=dt, device=dev, requires_grad=requires_grad)
 
 
-def full_like(input: Tensor, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def full_like(
+    input: Tensor, fill_value, *, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+) -> Tensor:
+    if placement is not None or sbp is not None or input._data.__class__ is not np.ndarray:
+        g = _global_like(
+            "full_like",
+            input,
+            placement,
+            sbp,
+            requires_grad,
+            lambda x: full_like(x, fill_value, dtype=dtype, device=device),
+        )
+        if g is not None:
+            return g
     dt, dev = _like(input, dtype, device)
     return full(tuple(input.shape), fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
 
 
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def arange(
+    start, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+) -> Tensor:
     """Values from ``start`` up to (not including) ``end`` by ``step``."""
+    if placement is not None or sbp is not None:
+        return _global(
+            "arange", placement, sbp, requires_grad, lambda: arange(start, end, step, dtype=dtype, device=device)
+        )
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
@@ -312,8 +367,14 @@ def _rng(generator):
     return host_rng(generator)
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def rand(
+    *size, generator=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+) -> Tensor:
     """Uniform samples in [0, 1)."""
+    if placement is not None or sbp is not None:
+        return _global(
+            "rand", placement, sbp, requires_grad, lambda: rand(*size, generator=generator, dtype=dtype, device=device)
+        )
     dt = _dt(dtype)
     if not dt.is_floating_point:
         raise OpTypeError("rand", f"dtype must be floating point, got {dt}")
@@ -321,8 +382,18 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad: bool = F
     return _finish(a, dt, _dev(device), requires_grad)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def randn(
+    *size, generator=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+) -> Tensor:
     """Standard normal samples."""
+    if placement is not None or sbp is not None:
+        return _global(
+            "randn",
+            placement,
+            sbp,
+            requires_grad,
+            lambda: randn(*size, generator=generator, dtype=dtype, device=device),
+        )
     dt = _dt(dtype)
     if not dt.is_floating_point:
         raise OpTypeError("randn", f"dtype must be floating point, got {dt}")
@@ -330,8 +401,16 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad: bool = 
     return _finish(a, dt, _dev(device), requires_grad)
 
 
-def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None) -> Tensor:
+def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, placement=None, sbp=None) -> Tensor:
     """Integers uniformly drawn from [low, high)."""
+    if placement is not None or sbp is not None:
+        return _global(
+            "randint",
+            placement,
+            sbp,
+            False,
+            lambda: randint(low, high, size, generator=generator, dtype=dtype, device=device),
+        )
     if size is None:
         if isinstance(high, (tuple, list)):
             low, high, size = 0, low, high
@@ -354,17 +433,50 @@ def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
     return _finish(_rng(generator).permutation(n).astype(dt.np), dt, _dev(device), False)
 
 
-def rand_like(input: Tensor, *, generator=None, dtype=None, device=None) -> Tensor:
+def rand_like(input: Tensor, *, generator=None, dtype=None, device=None, placement=None, sbp=None) -> Tensor:
+    if placement is not None or sbp is not None or input._data.__class__ is not np.ndarray:
+        g = _global_like(
+            "rand_like",
+            input,
+            placement,
+            sbp,
+            False,
+            lambda x: rand_like(x, generator=generator, dtype=dtype, device=device),
+        )
+        if g is not None:
+            return g
     dt, dev = _like(input, dtype, device)
     return rand(tuple(input.shape), generator=generator, dtype=dt, device=dev)
 
 
-def randn_like(input: Tensor, *, generator=None, dtype=None, device=None) -> Tensor:
+def randn_like(input: Tensor, *, generator=None, dtype=None, device=None, placement=None, sbp=None) -> Tensor:
+    if placement is not None or sbp is not None or input._data.__class__ is not np.ndarray:
+        g = _global_like(
+            "randn_like",
+            input,
+            placement,
+            sbp,
+            False,
+            lambda x: randn_like(x, generator=generator, dtype=dtype, device=device),
+        )
+        if g is not None:
+            return g
     dt, dev = _like(input, dtype, device)
     return randn(tuple(input.shape), generator=generator, dtype=dt, device=dev)
 
 
-def randint_like(input: Tensor, low, high=None, *, dtype=None, device=None) -> Tensor:
+def randint_like(input: Tensor, low, high=None, *, dtype=None, device=None, placement=None, sbp=None) -> Tensor:
+    if placement is not None or sbp is not None or input._data.__class__ is not np.ndarray:
+        g = _global_like(
+            "randint_like",
+            input,
+            placement,
+            sbp,
+            False,
+            lambda x: randint_like(x, low, high, dtype=dtype, device=device),
+        )
+        if g is not None:
+            return g
     dt, dev = _like(input, dtype, device)
     return randint(low, high, tuple(input.shape), dtype=dt, device=dev)
 
@@ -449,42 +561,27 @@ def _rebuild_tensor(arr, dtype_name, device_str, requires_grad):
 
 
 # -- global tensors: placement= / sbp= (flow-dist, through flow.provided) ------------------------
-_GLOBAL_FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange")
-_GLOBAL_LIKE = ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like")
+def _global(name: str, placement, sbp, requires_grad: bool, build):
+    """A factory's global tensor: ``build()`` makes the whole logical tensor on every rank (the same
+    values for the same seed, whatever the placement and SBP); flow-dist's ``global_factory`` keeps
+    this rank's piece."""
+    if placement is None or sbp is None:
+        raise OpError(name, "placement= and sbp= go together: give both for a global tensor")
+    from flow import provided
+
+    out = provided.require("global_factory", f"flow.{name}(placement=...)")(build(), placement, sbp)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
 
 
-def _placement_capable(fn, like: bool):
-    """``fn`` taking ``placement=`` and ``sbp=`` too: the logical tensor is built whole on every rank
-    (the same values for the same seed, whatever the placement and SBP) and flow-dist's
-    ``global_factory`` keeps this rank's piece. A ``*_like`` of a global tensor is global like it."""
-    import functools
-
-    @functools.wraps(fn)
-    def factory(*args, placement=None, sbp=None, **kwargs):
-        if placement is None and sbp is None:
-            if not like or not args or args[0]._data.__class__ is np.ndarray or not args[0].is_global:
-                return fn(*args, **kwargs)
-            placement, sbp = args[0].placement, args[0].sbp
-        elif placement is None or sbp is None:
-            raise OpError(fn.__name__, "placement= and sbp= go together: give both for a global tensor")
-        from flow import provided
-
-        make = provided.require("global_factory", f"flow.{fn.__name__}(placement=...)")
-        requires_grad = kwargs.pop("requires_grad", False)
-        out = make(fn(*args, **kwargs), placement, sbp)
-        if requires_grad:
-            out.requires_grad_(True)
-        return out
-
-    return factory
-
-
-def _add_placement() -> None:
-    g = globals()
-    for name in _GLOBAL_FACTORIES:
-        g[name] = _placement_capable(g[name], like=False)
-    for name in _GLOBAL_LIKE:
-        g[name] = _placement_capable(g[name], like=True)
-
-
-_add_placement()
+def _global_like(name: str, input: Tensor, placement, sbp, requires_grad: bool, build):
+    """``*_like``: global when ``placement``/``sbp`` are given or ``input`` is global (then like it);
+    None for any other input (a symbolic tensor while tracing: the plain path)."""
+    if placement is None and sbp is None:
+        if not input.is_global:
+            return None
+        placement, sbp = input.placement, input.sbp
+    # the logical tensor is built from a plain stand-in of input's logical shape, dtype and device
+    stand_in = empty(tuple(input.shape), dtype=input.dtype, device=input.device)
+    return _global(name, placement, sbp, requires_grad, lambda: build(stand_in))

@@ -7,6 +7,8 @@ FeatureNotInstalledError naming the package.
 
 from __future__ import annotations
 
+import numpy as np
+
 from flow import provided
 from flow.errors import FlowError
 
@@ -17,7 +19,8 @@ class GlobalMethods:
     @property
     def is_global(self) -> bool:
         """Whether this tensor is global (a logical tensor over a placement of ranks)."""
-        return getattr(self._data, "is_global", False) is True
+        d = self._data
+        return d.__class__ is not np.ndarray and getattr(d, "is_global", False) is True
 
     @property
     def is_local(self) -> bool:

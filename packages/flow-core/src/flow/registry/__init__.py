@@ -120,6 +120,21 @@ class Registry:
         return t
 
     # -- bookkeeping -----------------------------------------------------
+    def _claim(self, slot: tuple, value: Any, what: str, priority: int | None, override: bool):
+        """Claim ``slot`` for the current plugin (see :mod:`flow.registry.claims`); a taken slot
+        without ``override``/a higher ``priority`` is an error naming ``what`` and its owner."""
+        return self._claims.claim(
+            slot,
+            value,
+            self.current_plugin,
+            priority=priority,
+            override=override,
+            duplicate=lambda w: (
+                f"{what} is already registered by plugin '{w.plugin}'; "
+                "pass override=True (or a higher priority=) to replace it"
+            ),
+        )
+
     def _note(self, kind: str, name: str) -> None:
         self.provenance.setdefault(self.current_plugin, {}).setdefault(kind, []).append(name)
 
@@ -128,17 +143,7 @@ class Registry:
         """Add a device type. A second one of the same name needs ``override=True`` (it wins at
         the same priority) or a different ``priority`` (the higher wins); the one it shadows
         comes back when its plugin is removed (:meth:`remove_plugin`)."""
-        win = self._claims.claim(
-            ("device_type", spec.name),
-            spec,
-            self.current_plugin,
-            priority=priority,
-            override=override,
-            duplicate=lambda w: (
-                f"device type '{spec.name}' is already registered by plugin '{w.plugin}'; "
-                "pass override=True (or a higher priority=) to replace it"
-            ),
-        )
+        win = self._claim(("device_type", spec.name), spec, f"device type '{spec.name}'", priority, override)
         spec.plugin = self.current_plugin
         self._set_device_type(spec.name, win.value)
         self._note("device_types", spec.name)
@@ -172,17 +177,7 @@ class Registry:
             f = sys._getframe(1)  # registration time only: where the op was declared, for `python -m flow op`
             kwargs["origin"] = (f.f_code.co_filename, f.f_lineno)
         op = OpDef(schema, meta, grad, plugin=self.current_plugin, **kwargs)
-        win = self._claims.claim(
-            ("op", schema.name),
-            op,
-            self.current_plugin,
-            priority=priority,
-            override=override,
-            duplicate=lambda w: (
-                f"op '{schema.name}' is already registered by plugin '{w.plugin}'; "
-                "pass override=True (or a higher priority=) to replace it"
-            ),
-        )
+        win = self._claim(("op", schema.name), op, f"op '{schema.name}'", priority, override)
         live = self._set_op(schema.name, win.value)
         self._note("ops", schema.name)
         return live
@@ -382,17 +377,7 @@ class Registry:
         staged.register(
             name, fn, before=before, after=after, plugin=self.current_plugin, enabled_by_default=enabled_by_default
         )
-        win = self._claims.claim(
-            ("pass", name),
-            staged[name],
-            self.current_plugin,
-            priority=priority,
-            override=override,
-            duplicate=lambda w: (
-                f"pass '{name}' is already registered by plugin '{w.plugin}'; "
-                "pass override=True (or a higher priority=) to replace it"
-            ),
-        )
+        win = self._claim(("pass", name), staged[name], f"pass '{name}'", priority, override)
         self._set_pass(name, win.value)
         self._note("passes", name)
 
@@ -426,17 +411,9 @@ class Registry:
         (``"Tensor.to_global"``, ``"Module.to_global"``, ``"global_factory"``, ...)."""
         if not isinstance(name, str) or not name or name.startswith("_"):
             raise RegistrationError(f"register_api: expected a public name, got {name!r}")
-        win = self._claims.claim(
-            ("api", name),
-            obj,
-            self.current_plugin,
-            priority=priority,
-            override=override,
-            duplicate=lambda w: (
-                f"API name '{name}' is already provided by plugin '{w.plugin}'; "
-                "pass override=True (or a higher priority=) to replace it"
-            ),
-        )
+        if obj is None:  # None is how a removed name reads (_set_api)
+            raise RegistrationError(f"register_api: '{name}' needs an object, got None")
+        win = self._claim(("api", name), obj, f"API name '{name}'", priority, override)
         self._set_api(name, win.value)
         self._note("api", name)
 
