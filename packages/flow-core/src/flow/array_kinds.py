@@ -37,6 +37,13 @@ The array protocol (what a kind's class must provide so that a tensor can answer
 - ``like(host)`` (optional): an array of the kind laid out like this one holding the NumPy array
   ``host`` of the same logical shape; ``backward()`` makes its seed gradient (ones, or a plain
   ``gradient=``) of the kind with it, so that the gradients are of the kind;
+- ``grad_for(g)`` (optional): the gradient tensor ``g`` as this leaf tensor's ``.grad`` holds it
+  (a global parameter's gradient converted to the parameter's own SBP), called before ``g`` is
+  accumulated into ``.grad``;
+- ``storage`` and ``with_storage(array)`` (optional): the device array holding this process's
+  data, and an array of the kind laid out like this one holding another such array; optimizers
+  keep their states (momentum, ``exp_avg``) of such a parameter as device arrays shaped like its
+  ``storage``, handed to the update ops as arrays of the kind (``with_storage``);
 - ``strides`` / ``flags`` (optional): as NumPy's, for ``stride()`` / ``is_contiguous()``.
 
 Autograd: a handler that answers an op records it with :func:`record`; ``backward()`` then calls

@@ -144,6 +144,10 @@ def _store_grad(t, g, create_graph: bool, given: dict, owned: dict) -> None:
     ext = t._extra
     if ext is not None and ext.get("hooks"):
         g = _run_hooks(ext["hooks"], g, given)
+    if t._data.__class__ in _KINDS:  # an array kind may lay the gradient out as its tensor's .grad needs
+        grad_for = getattr(t._data, "grad_for", None)
+        if grad_for is not None:
+            g = grad_for(g)
     acc = t.grad
     if create_graph:
         t.grad = g if acc is None else acc + g

@@ -46,6 +46,20 @@ def array_module(device):
     return get_device_type(device.type).xp
 
 
+def _storage(a):
+    """The device array behind a parameter's data: the array itself, or an array kind's ``storage``
+    (a global tensor's local piece; see flow.array_kinds), whose states are laid out like it."""
+    return a if a.__class__ is np.ndarray else getattr(a, "storage", a)
+
+
+def _like_param(d, view):
+    """A state view of a parameter whose data ``d`` is of an array kind: of that kind, like ``d``."""
+    if d.__class__ is np.ndarray:
+        return view
+    with_storage = getattr(d, "with_storage", None)
+    return view if with_storage is None else with_storage(view)
+
+
 def _read_only(p) -> bool:
     flags = getattr(p._data, "flags", None)
     return flags is not None and not getattr(flags, "writeable", True)
@@ -75,7 +89,9 @@ class FlatBucket:
         self.low = self.dtype in LOW_PRECISION
         self.cdtype = np.dtype(np.float32) if self.low else self.dtype.np  # compute / state dtype
         self.shapes = [tuple(p._data.shape) for p in self.params]
-        self.numels = np.array([int(p._data.size) for p in self.params], dtype=np.int64)
+        # states hold what each process holds of its parameter (a global parameter's local piece)
+        self.local_shapes = [tuple(_storage(p._data).shape) for p in self.params]
+        self.numels = np.array([int(_storage(p._data).size) for p in self.params], dtype=np.int64)
         self.offsets = np.zeros(len(self.params) + 1, dtype=np.int64)
         np.cumsum(self.numels, out=self.offsets[1:])
         self.total = int(self.offsets[-1])
@@ -108,8 +124,10 @@ class FlatBucket:
     def refresh(self) -> bool:
         """Take the parameters' new arrays when dtype, device and shapes are unchanged (True); False when
         the group must be rebuilt."""
-        for p, shape in zip(self.params, self.shapes):
+        for p, shape, local in zip(self.params, self.shapes, self.local_shapes):
             if p.dtype is not self.dtype or p.device != self.device or tuple(p._data.shape) != shape:
+                return False
+            if tuple(_storage(p._data).shape) != local:
                 return False
         self._take_arrays()
         return True
@@ -132,8 +150,8 @@ class FlatBucket:
             return hit[1]
         cdt = D.NP_TO_DTYPE[np.dtype(self.cdtype)]
         views = [
-            Tensor._make(buf[int(o) : int(o) + int(n)].reshape(shape), cdt, self.device)
-            for o, n, shape in zip(self.offsets, self.numels, self.shapes)
+            Tensor._make(_like_param(p._data, buf[int(o) : int(o) + int(n)].reshape(shape)), cdt, self.device)
+            for p, o, n, shape in zip(self.params, self.offsets, self.numels, self.local_shapes)
         ]
         self._views[name] = (buf, views)
         return views
@@ -149,7 +167,7 @@ class FlatBucket:
 
     def param_state(self, i: int) -> dict:
         """``{name: array view}`` of the states that hold a value for parameter ``i``."""
-        o, n, shape = int(self.offsets[i]), int(self.numels[i]), self.shapes[i]
+        o, n, shape = int(self.offsets[i]), int(self.numels[i]), self.local_shapes[i]
         return {k: buf[o : o + n].reshape(shape) for k, buf in self.states.items() if self.present[k][i]}
 
     def set_param_state(self, i: int, name: str, value) -> None:
