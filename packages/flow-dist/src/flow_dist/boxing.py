@@ -1,0 +1,193 @@
+"""Boxing: converting a global array from one SBP (or placement) to another, each as its collective.
+
+One placement axis, over the group of ranks along it (``n`` ranks, this one at index ``i``):
+
+==========  ==================================================  ============================
+from -> to  how                                                 bytes sent per rank (N: size)
+==========  ==================================================  ============================
+P -> B      all-reduce (sum)                                    2 N (n-1)/n
+P -> S(d)   reduce-scatter of the pieces along ``d``            N (n-1)/n
+S(d) -> B   all-gather, concatenated along ``d``                N (n-1)/n
+S(i)->S(j)  all-to-all: piece ``k`` along ``j`` goes to rank k  N (n-1)/n^2
+B -> S(d)   the local piece (a copy; no communication)          0
+B -> P      rank 0 of the group keeps the value, others zeros   0
+S(d) -> P   the piece in place in zeros of the whole            0
+==========  ==================================================  ============================
+
+An N-d conversion changes one axis at a time. When a changed axis and a later one split the same
+dim (nested pieces), the direct collectives would mix up the pieces, so those axes go through
+broadcast: last to first to B, then first to last from B to the target. A change of placement
+goes through broadcast too: the source's first rank broadcasts the whole to the job.
+:func:`cost` gives the bytes a conversion sends per rank; the handler's signature choice and the
+graph passes use it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flow_dist.comm.backend import get_backend
+from flow_dist.global_array import GlobalArray
+from flow_dist.layout import local_slice, piece_bounds
+from flow_dist.placement import Placement
+from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast
+
+__all__ = ["box", "cost", "cost_1d"]
+
+
+def _contig(a: np.ndarray) -> np.ndarray:
+    """``a`` C-contiguous (``np.ascontiguousarray`` would make a 0-d array 1-d)."""
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def box(x: GlobalArray, nd_sbp: tuple, placement: Placement | None = None) -> GlobalArray:
+    """``x`` laid out as ``nd_sbp`` (over ``placement``, default ``x``'s); ``x`` itself when nothing changes."""
+    if placement is not None and placement != x.placement:
+        return _change_placement(x, nd_sbp, placement)
+    if nd_sbp == x.sbp:
+        return x
+    changed = [k for k in range(len(nd_sbp)) if nd_sbp[k] != x.sbp[k]]
+    nested = _nested(x.sbp, nd_sbp, changed)
+    if len(nested) == 1:
+        k = nested[0]
+        return _axis(x, k, nd_sbp[k])
+    y = x
+    for k in reversed(nested):
+        y = _axis(y, k, broadcast)
+    for k in nested:
+        y = _axis(y, k, nd_sbp[k])
+    return y
+
+
+def _nested(src: tuple, dst: tuple, changed: list) -> list:
+    """The changed axes plus every later axis that splits a dim a changed axis splits."""
+    axes = set(changed)
+    grew = True
+    while grew:
+        grew = False
+        dims = {s.dim for k in axes for s in (src[k], dst[k]) if s.__class__ is Split}
+        for j in range(len(src)):
+            if (
+                j not in axes
+                and j > min(axes)
+                and any(s.__class__ is Split and s.dim in dims for s in (src[j], dst[j]))
+            ):
+                axes.add(j)
+                grew = True
+    return sorted(axes)
+
+
+def _group(x: GlobalArray, axis: int):
+    p = x.placement
+    if p.ndim == 1:
+        return get_backend(p.type, p.rank_list)
+    return get_backend(p.type, p.axis_group(p.rank_list[_flat_index(x)], axis))
+
+
+def _flat_index(x: GlobalArray) -> int:
+    return int(np.ravel_multi_index(x.coord, x.placement.hierarchy))
+
+
+def _sub_len(x: GlobalArray, axis: int, dim: int) -> int:
+    """The length of ``dim`` of the part of the logical tensor the group along ``axis`` shares."""
+    sl = local_slice(x.shape, x.placement, x.sbp[:axis], x.coord[:axis])
+    return sl[dim].stop - sl[dim].start
+
+
+def _pieces(a: np.ndarray, dim: int, n: int) -> list:
+    length = a.shape[dim]
+    out = []
+    for i in range(n):
+        s, e = piece_bounds(length, n, i)
+        idx = [slice(None)] * a.ndim
+        idx[dim] = slice(s, e)
+        out.append(_contig(a[tuple(idx)]))
+    return out
+
+
+def _axis(x: GlobalArray, axis: int, to) -> GlobalArray:
+    """Convert one placement axis of ``x`` to ``to`` (no nested split on a later axis)."""
+    frm = x.sbp[axis]
+    nd = x.sbp[:axis] + (to,) + x.sbp[axis + 1 :]
+    if frm == to:
+        return x
+    a = _contig(x.local)
+    n = x.placement.hierarchy[axis]
+    i = x.coord[axis]
+    fc, tc = frm.__class__, to.__class__
+    if fc is PartialSum and tc is Broadcast:
+        out = _group(x, axis).all_reduce(a, op="sum")
+    elif fc is PartialSum and tc is Split:
+        out = _group(x, axis).reduce_scatter(_pieces(a, to.dim, n), op="sum")
+    elif fc is Split and tc is Broadcast:
+        out = np.concatenate(_group(x, axis).all_gather(a), axis=frm.dim)
+    elif fc is Split and tc is Split:
+        out = np.concatenate(_group(x, axis).all_to_all(_pieces(a, to.dim, n)), axis=frm.dim)
+    elif fc is Broadcast and tc is Split:
+        out = _pieces(a, to.dim, n)[i]
+    elif fc is Broadcast and tc is PartialSum:
+        out = a.copy() if i == 0 else np.zeros_like(a)
+    elif fc is Split and tc is PartialSum:
+        d = frm.dim
+        full = list(a.shape)
+        full[d] = _sub_len(x, axis, d)
+        out = np.zeros(full, dtype=a.dtype)
+        s, e = piece_bounds(full[d], n, i)
+        idx = [slice(None)] * a.ndim
+        idx[d] = slice(s, e)
+        out[tuple(idx)] = a
+    else:  # pragma: no cover - every pair of kinds is listed above
+        raise AssertionError((frm, to))
+    return x.with_local(out, nd)
+
+
+def _change_placement(x: GlobalArray, nd_sbp: tuple, placement: Placement) -> GlobalArray:
+    from flow_dist import env
+
+    whole = box(x, tuple(broadcast for _ in x.sbp))
+    world = get_backend(placement.type, None)
+    src = x.placement.rank_list[0]
+    me = env.get_rank()
+    buf = whole.local if x.placement.has(me) else np.empty(x.shape, dtype=x.dtype)
+    buf = world.broadcast(_contig(buf), src=src) if world.size > 1 else buf
+    if not placement.has(me):
+        from flow_dist.global_array import GlobalTensorError
+
+        raise GlobalTensorError(f"to_global: rank {me} is not in {placement!r}; every rank must be in the placement")
+    y = GlobalArray(buf, placement, tuple(broadcast for _ in nd_sbp), x.shape)
+    return box(y, nd_sbp)
+
+
+# -- cost model ---------------------------------------------------------------------------------
+
+
+def cost_1d(frm, to, nbytes: float, n: int) -> float:
+    """Bytes one rank sends to convert a tensor of ``nbytes`` (its part along the axis) from ``frm`` to ``to``."""
+    if frm == to or n == 1:
+        return 0.0
+    fc, tc = frm.__class__, to.__class__
+    if fc is PartialSum:
+        return nbytes * (n - 1) / n * (2.0 if tc is Broadcast else 1.0)
+    if fc is Split:
+        if tc is Broadcast:
+            return nbytes * (n - 1) / n
+        if tc is Split:
+            return nbytes * (n - 1) / (n * n)
+    return 0.0  # B -> S, B -> P, S -> P: local
+
+
+def cost(shape: tuple, itemsize: int, placement: Placement, frm: tuple, to: tuple) -> float:
+    """Bytes one rank sends to convert a tensor of logical ``shape`` from ``frm`` to ``to``."""
+    total = float(itemsize)
+    for s in shape:
+        total *= s
+    c = 0.0
+    hier = placement.hierarchy
+    for k, (a, b) in enumerate(zip(frm, to)):
+        if a != b:
+            part = total
+            for j, s in enumerate(frm):
+                if j != k and s.__class__ is Split:
+                    part /= hier[j]
+            c += cost_1d(a, b, part, hier[k])
+    return c

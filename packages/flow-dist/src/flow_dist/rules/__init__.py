@@ -1,0 +1,144 @@
+"""The SBP rule table: for each op, the SBP signatures it can run with on global tensors.
+
+flow-dist declares the rule table ``"sbp"``; any plugin (a third-party op package) fills it in its
+``flow_register_rules`` hook::
+
+    from flow_dist.rules import B, P, S, Sig
+
+    def my_rule(ctx):                       # ctx: RuleContext of one call, one placement axis
+        sigs = [Sig((B,), (B,))]
+        for d in range(ctx.ndim(0)):        # any split of the input gives the same split
+            sigs.append(Sig((S(d),), (S(d),)))
+        return sigs
+
+    registry.register_rule("sbp", "my_op", my_rule)
+
+A rule is a function of a :class:`RuleContext` (the logical shapes of the call's tensors, its
+attributes, the size of the placement axis) returning candidate :class:`Sig`\\ s: one SBP per
+tensor argument (lists of tensors flattened in order, ``None`` for an absent optional tensor) and
+one per output. It is asked once per placement axis; the handler picks, per axis, the candidate
+whose input conversions send the fewest bytes (:func:`flow_dist.boxing.cost`), preferring fewer
+conversions, then the earlier candidate. A signature may say how the op runs on the local pieces
+when that differs from running it as called (``local_attrs``: the attributes to use, such as a
+reshape's local shape; ``local``: a function computing the local outputs, such as a mean over a
+split dim that becomes a partial sum divided by the global count).
+
+An op without a rule still runs: its inputs are boxed to broadcast and it runs on the whole, with
+a one-time warning naming the op.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+from flow_dist.sbp import broadcast, partial_sum, split
+
+__all__ = ["TABLE", "Sig", "RuleContext", "S", "B", "P", "rule_for", "core_rules"]
+
+TABLE = "sbp"
+S = split
+B = broadcast
+P = partial_sum
+
+
+class Sig(NamedTuple):
+    """One SBP signature: ``ins`` per tensor argument, ``outs`` per output."""
+
+    ins: tuple
+    outs: tuple
+    local_attrs: Callable | None = None  # (attrs, local_in_shapes, local_out_shapes) -> attrs
+    local: Callable | None = None  # (run, local_inputs, attrs, ctx) -> outputs
+    note: str = ""
+
+
+class RuleContext:
+    """What a rule sees of one call: logical shapes, attributes, the placement axis's size."""
+
+    __slots__ = (
+        "op",
+        "attrs",
+        "shapes",
+        "out_shapes",
+        "axis_size",
+        "current",
+        "has_scalars",
+        "constants",
+        "list_lengths",
+    )
+
+    def __init__(
+        self,
+        op,
+        attrs: dict,
+        shapes: list,
+        out_shapes: list,
+        axis_size: int,
+        current: list,
+        has_scalars: bool,
+        constants: list,
+        list_lengths: list,
+    ) -> None:
+        self.op = op
+        self.attrs = attrs
+        self.shapes = shapes  # logical shape per tensor slot (None: an absent optional tensor)
+        self.out_shapes = out_shapes
+        self.axis_size = axis_size
+        self.current = current  # the SBP each slot has now on this axis (None: absent, or a local constant)
+        self.has_scalars = has_scalars  # a Python / NumPy number among the inputs
+        self.constants = constants  # slots holding local 0-d tensors (the same on every rank by contract)
+        self.list_lengths = list_lengths  # the length of each tensor-list argument, in order
+
+    @property
+    def n(self) -> int:
+        return len(self.shapes)
+
+    def ndim(self, k: int) -> int:
+        return len(self.shapes[k])
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        if name in self.attrs:
+            return self.attrs[name]
+        a = self.op.schema.attr_map.get(name)
+        return default if a is None else a.default
+
+
+def _dims(dim, ndim: int) -> tuple:
+    """A ``dim`` attribute (None, an int or a tuple) as sorted non-negative dims."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = (dim,)
+    return tuple(sorted({d % ndim if ndim else 0 for d in dim}))
+
+
+def rule_for(name: str):
+    """The rule registered for op ``name`` in the ``"sbp"`` table, or None."""
+    from flow.registry import REGISTRY
+
+    table = REGISTRY.tables.get(TABLE)
+    return None if table is None else table.get(name)
+
+
+def core_rules(registry) -> dict:
+    """``{op name: rule}`` for flow-core's ops (what flow-dist's plugin registers); every op
+    declared elementwise gets the broadcasting rule."""
+    from flow_dist.rules import elementwise, linalg, nn, reduction, shape, update
+
+    out: dict = elementwise.rules(registry)
+    for mod in (reduction, linalg, nn, shape, update):
+        out.update(mod.RULES)
+    return out
+
+
+def same_layout(ctx: RuleContext, partial: bool = True, skip: Sequence[int] = ()) -> list:
+    """Ops where any layout of the (first) input gives the same layout of every output: B, every
+    split not in ``skip`` and (``partial``) P."""
+    nd = ctx.ndim(0)
+    n_out = len(ctx.out_shapes)
+    sigs = [Sig((B,) + (None,) * (ctx.n - 1), (B,) * n_out)]
+    for d in range(nd):
+        if d not in skip:
+            sigs.append(Sig((S(d),) + (None,) * (ctx.n - 1), (S(d),) * n_out))
+    if partial:
+        sigs.append(Sig((P,) + (None,) * (ctx.n - 1), (P,) * n_out))
+    return sigs
