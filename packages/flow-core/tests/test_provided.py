@@ -62,6 +62,7 @@ def fake_dist():
         registry.register_api("global_factory", _global_factory)
         registry.register_api("Tensor.to_local", _to_local)
         registry.register_api("Module.to_global", _module_to_global)
+        registry.register_api("global_constant", lambda t, like: _global_factory(t, like.placement, ("B",)))
         registry.register_api("fake_extra", 42)  # a name the core does not know
 
     mod.flow_register_api = hookimpl(flow_register_api)
@@ -158,3 +159,14 @@ def test_a_second_provider_needs_override_and_removal_gives_the_first_back(fake_
         REGISTRY.register_api("_hidden", 1)
     with pytest.raises(RegistrationError, match="needs an object"):
         REGISTRY.register_api("nothing", None)
+
+
+def test_constants_of_composites_follow_their_input(fake_dist):
+    from flow._creation import constant_for
+
+    plain = constant_for(flow.ones(2), np.eye(2))
+    assert not plain.is_global and plain.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    g = flow.ones(4, 2, placement=FakePlacement([0, 1]), sbp=("S0",))
+    c = constant_for(g, np.eye(2))
+    assert c.is_global and c.sbp == ("B",) and c.placement == g.placement
+    np.testing.assert_array_equal(c.to_local().numpy(), np.eye(2))

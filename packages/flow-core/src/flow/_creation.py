@@ -561,6 +561,18 @@ def _rebuild_tensor(arr, dtype_name, device_str, requires_grad):
 
 
 # -- global tensors: placement= / sbp= (flow-dist, through flow.provided) ------------------------
+def constant_for(input: Tensor, value, *, dtype=None) -> Tensor:
+    """A tensor holding ``value`` (the same in every process) for an op with ``input``: a plain tensor
+    on ``input``'s device, or, when ``input`` is global, a broadcast global tensor on its placement
+    (flow-dist's ``"global_constant"``), so that composites can make masks and bands for any input."""
+    t = tensor(value, dtype=dtype, device=input.device)
+    if input._data.__class__ is not np.ndarray and input.is_global:
+        from flow import provided
+
+        return provided.require("global_constant", "a constant for a global tensor")(t, input)
+    return t
+
+
 def _global(name: str, placement, sbp, requires_grad: bool, build):
     """A factory's global tensor: ``build()`` makes the whole logical tensor on every rank (the same
     values for the same seed, whatever the placement and SBP); flow-dist's ``global_factory`` keeps

@@ -21,7 +21,10 @@ Hooks the core calls (dotted names, never ``flow.*`` attributes):
 - ``"Module.to_global"(module, placement, sbp)``: ``nn.Module.to_global``;
 - ``"global_factory"(tensor, placement, sbp)``: a factory (``zeros``, ``randn``, ... with
   ``placement=`` and ``sbp=``) built the whole logical tensor ``tensor`` on every rank (so a random
-  tensor's value does not depend on the placement or SBP); the hook returns the global tensor.
+  tensor's value does not depend on the placement or SBP); the hook returns the global tensor;
+- ``"global_constant"(tensor, like)``: a constant a composite op made (a mask, a band matrix) for
+  the global tensor ``like``, as a broadcast global tensor on ``like``'s placement
+  (:func:`flow._creation.constant_for`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ KNOWN_PROVIDERS: dict[str, str] = {
     "Tensor.to_local": "flow-dist",
     "Module.to_global": "flow-dist",
     "global_factory": "flow-dist",
+    "global_constant": "flow-dist",
     "autocast": "flow-amp",
     "amp": "flow-amp",
     "is_autocast_enabled": "flow-amp",

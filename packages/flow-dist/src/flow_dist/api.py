@@ -19,7 +19,7 @@ from flow_dist.layout import check_sbp, normalize_sbp
 from flow_dist.placement import Placement
 from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast, partial_sum
 
-__all__ = ["to_global", "to_local", "module_to_global", "global_factory", "local_to_global"]
+__all__ = ["to_global", "to_local", "module_to_global", "global_factory", "global_constant", "local_to_global"]
 
 
 def _contig(a: np.ndarray) -> np.ndarray:
@@ -174,6 +174,13 @@ def global_factory(t, placement, sbp):
     ga = GlobalArray(whole, placement, tuple(broadcast for _ in nd), tuple(whole.shape))
     piece = ga.piece_of(whole, nd)
     return array_kinds.wrap(ga.with_local(piece, nd), t.device, dtype=t.dtype)
+
+
+def global_constant(t, like):
+    """A composite's constant ``t`` (the same in every process) as a broadcast tensor on ``like``'s placement."""
+    p = like._data.placement
+    whole = np.asarray(t._data)
+    return array_kinds.wrap(GlobalArray(whole, p, (broadcast,) * p.ndim, tuple(whole.shape)), t.device, dtype=t.dtype)
 
 
 def module_to_global(module, placement, sbp):

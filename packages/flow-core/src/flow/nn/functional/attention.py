@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from flow._creation import constant_for
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops.clamp_where import where
@@ -96,7 +97,7 @@ def scaled_dot_product_attention(
     scores = matmul(query, key.transpose(-2, -1)) * sc
     row_ok = None  # rows with at least one key to attend to (None: all of them)
     if is_causal:  # top-left aligned: row i sees keys 0..i, so no row is fully masked
-        scores = where(flow.tensor(np.tril(np.ones((L, S), bool)), device=query.device), scores, -math.inf)
+        scores = where(constant_for(scores, np.tril(np.ones((L, S), bool))), scores, -math.inf)
     elif attn_mask is not None and attn_mask.dtype.name == "bool":
         row_ok = attn_mask.sum(-1, keepdim=True) > 0
         scores = where(attn_mask | ~row_ok, scores, -math.inf)  # fully masked rows: softmax of finite scores...

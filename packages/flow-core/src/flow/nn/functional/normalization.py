@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from flow._creation import constant_for
 from flow.autograd import no_grad
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
@@ -198,7 +199,7 @@ def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.7
     lo, hi = size // 2, (size - 1) // 2
     idx = np.arange(c)
     band = ((idx[:, None] >= idx[None, :] - lo) & (idx[:, None] <= idx[None, :] + hi)).astype(input.dtype.np)
-    b = flow.tensor(band / float(size), dtype=input.dtype, device=input.device)
+    b = constant_for(input, band / float(size), dtype=input.dtype)
     perm = [0] + list(range(2, input.ndim)) + [1]
     inv = [0, input.ndim - 1] + list(range(1, input.ndim - 1))
     sq = (input * input).permute(*perm)
