@@ -80,7 +80,6 @@ def scaled_dot_product_attention(
     ``enable_gqa``: key/value heads (dim -3) are repeated to match the query's; ``dropout_p`` applies
     dropout to the attention weights.
     """
-    import flow
 
     op = "scaled_dot_product_attention"
     _check(query, key, value, attn_mask, dropout_p)

@@ -188,7 +188,6 @@ def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
 
 def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
     """Normalise over ``size`` neighbouring channels: ``x / (k + alpha * mean(x^2 over the window))^beta``."""
-    import flow
     from flow.ops.linalg import matmul
 
     op = "local_response_norm"
