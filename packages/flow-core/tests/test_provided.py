@@ -89,6 +89,10 @@ def test_without_the_plugin_the_names_say_which_package_provides_them():
         flow.zeros(2, placement="p", sbp="s")
     with pytest.raises(FeatureNotInstalledError, match=r"nn.Module.to_global.*flow-dist"):
         flow.nn.Linear(2, 2).to_global("p", "s")
+    with pytest.raises(FeatureNotInstalledError, match=r"global_dst_rank.*flow-dist"):
+        flow.save({}, "unused.safetensors", global_dst_rank=0)
+    with pytest.raises(FeatureNotInstalledError, match=r"global_src_rank.*flow-dist"):
+        flow.load("unused.safetensors", global_src_rank=0)
 
 
 def test_an_unknown_name_is_a_plain_attribute_error():
@@ -170,3 +174,10 @@ def test_constants_of_composites_follow_their_input(fake_dist):
     c = constant_for(g, np.eye(2))
     assert c.is_global and c.sbp == ("B",) and c.placement == g.placement
     np.testing.assert_array_equal(c.to_local().numpy(), np.eye(2))
+
+
+def test_saving_a_global_tensor_needs_global_dst_rank(fake_dist, tmp_path):
+    g = flow.ones(4, 2, placement=FakePlacement([0, 1]), sbp=("S0",))
+    with pytest.raises(flow.serialization.CheckpointError, match=r"'w' is a global tensor; pass global_dst_rank="):
+        flow.save({"w": g}, tmp_path / "x.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()

@@ -24,7 +24,9 @@ Hooks the core calls (dotted names, never ``flow.*`` attributes):
   tensor's value does not depend on the placement or SBP); the hook returns the global tensor;
 - ``"global_constant"(tensor, like)``: a constant a composite op made (a mask, a band matrix) for
   the global tensor ``like``, as a broadcast global tensor on ``like``'s placement
-  (:func:`flow._creation.constant_for`).
+  (:func:`flow._creation.constant_for`);
+- ``"global_load"(f, src_rank, load)``: ``flow.load(f, global_src_rank=src_rank)``: rank ``src_rank``
+  reads ``f``, the others get its bytes, and every rank returns ``load(file_object)``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ KNOWN_PROVIDERS: dict[str, str] = {
     "Module.to_global": "flow-dist",
     "global_factory": "flow-dist",
     "global_constant": "flow-dist",
+    "global_load": "flow-dist",
     "autocast": "flow-amp",
     "amp": "flow-amp",
     "is_autocast_enabled": "flow-amp",

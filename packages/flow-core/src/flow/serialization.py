@@ -65,9 +65,9 @@ FORMAT_VERSION = 2
 _RESERVED = ("format", container.CHECKSUM_KEY)
 
 
-def _encode(obj, metadata: dict | None) -> tuple[list, dict]:
+def _encode(obj, metadata: dict | None, global_ok: bool = False) -> tuple[list, dict]:
     """The arrays to write (in file order) and the header metadata; raises before anything is written."""
-    enc = Encoder()
+    enc = Encoder(global_ok)
     try:
         root = enc.encode(obj)
         text = json.dumps({"version": FORMAT_VERSION, "root": root}, separators=(",", ":"), allow_nan=False)
@@ -90,11 +90,14 @@ def _encode(obj, metadata: dict | None) -> tuple[list, dict]:
     return container.layout(enc.arrays), meta
 
 
-def save(obj, f, *, metadata: dict | None = None) -> None:
+def save(obj, f, *, metadata: dict | None = None, global_dst_rank: int | None = None) -> None:
     """Save ``obj`` (a state dict, or nested dicts / lists / tuples of tensors and plain values) to ``f``.
 
     ``f`` is a path (written atomically, see the module docstring) or a writable binary file
     object (written directly). ``metadata`` adds string entries to the safetensors header.
+    ``global_dst_rank`` (OneFlow's name; needs flow-dist): every rank calls ``save``, global
+    tensors are gathered to their logical values and only that rank writes ``f``, so the
+    checkpoint loads at any world size (:func:`load` with ``global_src_rank``).
 
     >>> flow.save({"model": model.state_dict(), "epoch": 3}, "ckpt.safetensors")
     """
@@ -102,7 +105,18 @@ def save(obj, f, *, metadata: dict | None = None) -> None:
         raise OpTypeError("flow.save", f"f must be a path or a writable binary file object, got {type(f).__name__}")
     if isinstance(f, io.TextIOBase):
         raise OpTypeError("flow.save", "the file object is open in text mode; open it with 'wb'")
-    arrays, meta = _encode(obj, metadata)
+    if global_dst_rank is not None:
+        from flow import provided
+
+        env = provided.require("env", "flow.save(global_dst_rank=...)")
+        if not isinstance(global_dst_rank, int) or not 0 <= global_dst_rank < env.get_world_size():
+            raise OpError(
+                "flow.save",
+                f"global_dst_rank must be a rank of the job (0..{env.get_world_size() - 1}), got {global_dst_rank!r}",
+            )
+    arrays, meta = _encode(obj, metadata, global_ok=global_dst_rank is not None)
+    if global_dst_rank is not None and env.get_rank() != global_dst_rank:
+        return  # the values are gathered (a collective); one rank writes
     header = container.build_header(arrays, meta)
     if not hasattr(f, "write"):
         path = os.fsdecode(os.fspath(f))
@@ -232,7 +246,9 @@ def _open(f):
     return reader, name, size, True, True
 
 
-def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None = None):
+def load(
+    f, map_location=None, *, verify: bool = True, weights_only: bool | None = None, global_src_rank: int | None = None
+):
     """Load what :func:`save` wrote (or a plain safetensors file, as a flat ``{name: Tensor}`` dict).
 
     ``map_location``: ``None`` puts tensors back on the device they were saved from; a device
@@ -241,8 +257,17 @@ def load(f, map_location=None, *, verify: bool = True, weights_only: bool | None
     and each tensor's CRC-32. ``weights_only`` is accepted for PyTorch compatibility and changes
     nothing: a checkpoint holds only data (no code, nothing pickled), so every load is weights-only.
 
+    ``global_src_rank`` (OneFlow's name; needs flow-dist): every rank calls ``load``, that rank
+    reads ``f`` and sends it to the others, and each gets the logical values;
+    ``load_state_dict`` into a global module then keeps each rank's piece.
+
     >>> state = flow.load("ckpt.safetensors", map_location="cpu")
     """
+    if global_src_rank is not None:
+        from flow import provided
+
+        spread = provided.require("global_load", "flow.load(global_src_rank=...)")
+        return spread(f, global_src_rank, lambda g: load(g, map_location, verify=verify))
     if not isinstance(verify, bool):
         raise OpTypeError("flow.load", f"verify must be a bool, got {type(verify).__name__}")
     if weights_only is not None and not isinstance(weights_only, bool):

@@ -45,8 +45,9 @@ def _join(path: str, key) -> str:
 class Encoder:
     """Turns a value into its structure; the arrays to write collect in :attr:`arrays`."""
 
-    def __init__(self) -> None:
+    def __init__(self, global_ok: bool = False) -> None:
         self.arrays: dict[str, np.ndarray] = {}
+        self.global_ok = global_ok  # global tensors allowed: gathered to their logical values
         self._by_id: dict[int, str] = {}
         self._keep: list = []  # keeps objects alive so ids stay unique while encoding
         self._open: set[int] = set()  # containers being encoded, to find reference cycles
@@ -102,6 +103,12 @@ class Encoder:
         )
 
     def _tensor(self, t: Tensor, path: str) -> dict:
+        if t._data.__class__ is not np.ndarray and t.is_global and not self.global_ok:
+            raise CheckpointError(
+                f"flow.save: {_where(path)} is a global tensor; pass global_dst_rank= (the rank that writes "
+                "the file) so that every rank gathers it to its logical value"
+            )
+        # a global tensor's host value is its logical value (gathered: every rank of its placement saves)
         name, new = self._store(t, t.detach().numpy_host(), path)
         node = {"$t": name}
         if new:
