@@ -59,13 +59,13 @@ def test_its_rules_wait_for_their_table_and_go_in_when_it_is_declared(table):
 
 
 def test_sbp_rule_keeps_splits_and_broadcast_but_not_partial_sums():
-    x = flow.ops.meta.TensorMeta((4, 6), flow.float32, flow.device("cpu"))
-    assert swish_sbp_signatures(x, beta=1.0) == [(("S(0)",), ("S(0)",)), (("S(1)",), ("S(1)",)), (("B",), ("B",))]
+    ctx = types.SimpleNamespace(shapes=[(4, 6)], attrs={"beta": 1.0})  # what flow-dist's rule context has
+    assert swish_sbp_signatures(ctx) == [(("S(0)",), ("S(0)",)), (("S(1)",), ("S(1)",)), (("B",), ("B",))]
     # each signature holds: slicing the input along the split axis and applying swish piecewise
     # gives the same pieces as slicing the full result
     values = np.linspace(-3.0, 3.0, 24).reshape(4, 6)
     full = flow_example_ops.swish(flow.tensor(values), beta=1.0).numpy()
-    for (sbp_in,), (sbp_out,) in swish_sbp_signatures(x)[:-1]:
+    for (sbp_in,), (sbp_out,) in swish_sbp_signatures(ctx)[:-1]:
         assert sbp_out == sbp_in  # the output is split like the input
         axis = int(sbp_in[2])
         pieces = [flow_example_ops.swish(flow.tensor(p), beta=1.0).numpy() for p in np.split(values, 2, axis=axis)]

@@ -57,14 +57,16 @@ def swish_cpu(x: np.ndarray, beta: float) -> np.ndarray:
     return x * (0.5 + 0.5 * np.tanh(0.5 * beta * x))
 
 
-def swish_sbp_signatures(x, beta: float = 1.0) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+def swish_sbp_signatures(ctx) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """The SBP signatures ``example_swish`` supports, as ``(input SBPs, output SBPs)`` per signature.
 
-    Called like the meta rule (``x`` has ``shape``, ``dtype``, ``device``). Elementwise: a split
-    along any axis stays that split, a broadcast stays a broadcast. A partial sum is not
-    supported: swish is not linear, so it must be reduced (boxed to broadcast) first.
+    ``ctx`` is flow-dist's rule context of one call (``ctx.shapes``: the logical shape of each
+    tensor argument, ``ctx.attrs``: its attributes); SBPs are written as strings ("S(d)", "B",
+    "P"), so this module does not import flow-dist. Elementwise: a split along any axis stays that
+    split, a broadcast stays a broadcast. A partial sum is not supported: swish is not linear, so
+    it must be reduced (boxed to broadcast) first.
     """
-    splits = [((f"S({d})",), (f"S({d})",)) for d in range(len(x.shape))]
+    splits = [((f"S({d})",), (f"S({d})",)) for d in range(len(ctx.shapes[0]))]
     return splits + [(("B",), ("B",))]
 
 

@@ -1,5 +1,5 @@
-"""The error when no SBP signature of an op fits its inputs: op, inputs' SBPs, the candidates and
-what each would need."""
+"""The error when no SBP signature of an op fits its inputs: the op, the inputs' SBPs, every
+candidate signature with the conversions it would need and their cost, or why it cannot run."""
 
 from __future__ import annotations
 
@@ -17,19 +17,18 @@ def _s(x) -> str:
     return "-" if x is None else short(x)
 
 
-def no_signature(op, slots, nd_in, candidates, placement, axis) -> NoSignatureError:
+def no_signature(op, nd_in, assessed, placement, axis) -> NoSignatureError:
+    """``assessed``: ``(signature, bytes, conversions, why not)`` per candidate."""
     have = ", ".join("-" if s is None else "(" + ", ".join(short(x) for x in s) + ")" for s in nd_in)
     lines = [
-        f"{op.name}: no SBP signature fits on placement axis {axis} of {placement!r}; inputs have ({have})",
+        f"{op.name}: no SBP signature fits on axis {axis} of {placement!r}; the inputs are ({have})",
         "candidates (inputs -> outputs):",
     ]
-    for sig in candidates:
+    for sig, cost, conversions, why in assessed:
         ins = ", ".join(_s(x) for x in sig.ins)
         outs = ", ".join(_s(x) for x in sig.outs)
-        lines.append(f"  ({ins}) -> ({outs})")
-    if not candidates:
-        lines.append("  none: the rule gave no candidate for these shapes")
-    lines.append(
-        "an in-place update cannot convert the tensors it writes into; a split must be of a dim the tensor has"
-    )
+        after = f"cannot run: {why}" if why else f"{conversions} conversion(s), {cost:.0f} bytes per rank"
+        lines.append(f"  ({ins}) -> ({outs}): {after}")
+    if not assessed:
+        lines.append("  none: the op's rule gave no candidate for these shapes")
     return NoSignatureError("\n".join(lines))

@@ -26,7 +26,7 @@ from flow_dist import boxing
 from flow_dist.explain import no_signature
 from flow_dist.global_array import GlobalArray, GlobalTensorError
 from flow_dist.layout import local_shape, local_slice
-from flow_dist.rules import RuleContext, Sig, rule_for
+from flow_dist.rules import RuleContext, Sig, as_sig, rule_for
 from flow_dist.sbp import Split, broadcast
 
 __all__ = ["global_handler", "run_with_signature", "implicit_broadcast", "LocalCall", "warned_ops"]
@@ -127,38 +127,40 @@ class LocalCall:
         return float(total[0]) / copies
 
 
+def _assess(sig, cur, shapes, itemsizes, n, constants, frozen):
+    """``(bytes sent, conversions, None)`` to run ``sig`` from the current layouts, or
+    ``(None, None, why not)``."""
+    total = 0.0
+    conversions = 0
+    for k, want in enumerate(sig.ins):
+        have = cur[k]
+        if have is None or k in constants or want is None:
+            continue
+        if want.__class__ is Split and not 0 <= want.dim < len(shapes[k]):
+            return None, None, f"input {k} has no dim {want.dim} to split"
+        if want != have:
+            if k in frozen:
+                return None, None, f"input {k} is written in place and cannot be converted"
+            part = itemsizes[k]
+            for d in shapes[k]:
+                part *= d
+            total += boxing.cost_1d(have, want, part, n)
+            conversions += 1
+    return total, conversions, None
+
+
 def _choose(op, candidates, cur, shapes, itemsizes, placement, axis, constants, frozen):
     n = placement.hierarchy[axis]
     best = None
-    for idx, sig in enumerate(candidates):
+    for sig in candidates:
         if len(sig.ins) != len(cur):
             raise GlobalTensorError(
                 f"{op.name}: its SBP rule gave a signature with {len(sig.ins)} inputs for {len(cur)} tensor arguments"
             )
-        total = 0.0
-        conversions = 0
-        ok = True
-        for k, want in enumerate(sig.ins):
-            have = cur[k]
-            if have is None or k in constants:
-                continue
-            if want is None:
-                continue
-            if want.__class__ is Split and not 0 <= want.dim < len(shapes[k]):
-                ok = False
-                break
-            if want != have:
-                if k in frozen:
-                    ok = False
-                    break
-                part = itemsizes[k]
-                for s in shapes[k]:
-                    part *= s
-                total += boxing.cost_1d(have, want, part, n)
-                conversions += 1
-        if ok and (best is None or (total, conversions) < best[0]):
-            best = ((total, conversions), idx, sig)
-    return None if best is None else best[2]
+        total, conversions, _ = _assess(sig, cur, shapes, itemsizes, n, constants, frozen)
+        if total is not None and (best is None or (total, conversions) < best[0]):
+            best = ((total, conversions), sig)
+    return None if best is None else best[1]
 
 
 def global_handler(op, inputs: tuple, attrs: dict):
@@ -236,10 +238,14 @@ def _handle(op, inputs: tuple, attrs: dict, force):
                     stacklevel=3,
                 )
         else:
-            cands = list(rule(ctx))
+            cands = [as_sig(c) for c in rule(ctx)]
         sig = _choose(op, cands, cur, shapes, itemsizes, placement, axis, constants, frozen)
         if sig is None:
-            raise no_signature(op, slots, nd_in, cands, placement, axis)
+            assessed = [
+                (sig,) + _assess(sig, cur, shapes, itemsizes, placement.hierarchy[axis], constants, frozen)
+                for sig in cands
+            ]
+            raise no_signature(op, nd_in, assessed, placement, axis)
         chosen.append(sig)
     return _run(op, inputs, attrs, slots, nd_in, chosen, placement, device, out_metas, constants)
 

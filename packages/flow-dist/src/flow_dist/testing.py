@@ -141,7 +141,9 @@ def _check_sample(flow, op, rule, RuleContext, s, si, placement, dt, rtol, atol,
     ]
     ref_grads = _grads(flow, ref_args, ref_outs, seeds) if want_grad else None
     done = 0
-    for sig in rule(ctx):
+    from flow_dist.rules import as_sig
+
+    for sig in map(as_sig, rule(ctx)):
         if not _runnable(sig, tensors):
             continue
         where = f"{op.name} sample {si} signature {_fmt(sig)}"

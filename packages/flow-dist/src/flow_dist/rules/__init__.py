@@ -16,8 +16,12 @@ flow-dist declares the rule table ``"sbp"``; any plugin (a third-party op packag
 A rule is a function of a :class:`RuleContext` (the logical shapes of the call's tensors, its
 attributes, the size of the placement axis) returning candidate :class:`Sig`\\ s: one SBP per
 tensor argument (lists of tensors flattened in order, ``None`` for an absent optional tensor) and
-one per output. It is asked once per placement axis; the handler picks, per axis, the candidate
-whose input conversions send the fewest bytes (:func:`flow_dist.boxing.cost`), preferring fewer
+one per output. A candidate may also be a plain ``(inputs, outputs)`` pair, and an SBP the string
+``"S(d)"``, ``"B"`` or ``"P"``, so that an op package can write its rules without importing
+flow-dist (see examples/third_party_op_plugin).
+
+A rule is asked once per placement axis; the handler picks, per axis, the candidate whose input
+conversions send the fewest bytes (:func:`flow_dist.boxing.cost`), preferring fewer
 conversions, then the earlier candidate. A signature may say how the op runs on the local pieces
 when that differs from running it as called (``local_attrs``: the attributes to use, such as a
 reshape's local shape; ``local``: a function computing the local outputs, such as a mean over a
@@ -31,9 +35,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Sequence
 
-from flow_dist.sbp import broadcast, partial_sum, split
+from flow_dist.sbp import Broadcast, PartialSum, SbpError, Split, broadcast, partial_sum, split
 
-__all__ = ["TABLE", "Sig", "RuleContext", "S", "B", "P", "rule_for", "core_rules"]
+__all__ = ["TABLE", "Sig", "RuleContext", "S", "B", "P", "as_sig", "rule_for", "core_rules"]
 
 TABLE = "sbp"
 S = split
@@ -100,6 +104,32 @@ class RuleContext:
             return self.attrs[name]
         a = self.op.schema.attr_map.get(name)
         return default if a is None else a.default
+
+
+def _parse(x):
+    if x is None or isinstance(x, (Split, Broadcast, PartialSum)):
+        return x
+    if isinstance(x, str):
+        t = x.replace(" ", "")
+        if t == "B":
+            return B
+        if t == "P":
+            return P
+        if t.startswith("S(") and t.endswith(")") and t[2:-1].lstrip("-").isdigit():
+            return S(int(t[2:-1]))
+    raise SbpError(f"SBP rule: {x!r} is not an SBP (flow.sbp objects, or 'S(d)', 'B', 'P')")
+
+
+def as_sig(candidate) -> Sig:
+    """A candidate a rule returned, as a :class:`Sig` of SBP objects."""
+    if isinstance(candidate, Sig):
+        if all(x is None or not isinstance(x, str) for x in candidate.ins + candidate.outs):
+            return candidate
+        return candidate._replace(
+            ins=tuple(_parse(x) for x in candidate.ins), outs=tuple(_parse(x) for x in candidate.outs)
+        )
+    ins, outs = candidate
+    return Sig(tuple(_parse(x) for x in ins), tuple(_parse(x) for x in outs))
 
 
 def _dims(dim, ndim: int) -> tuple:
