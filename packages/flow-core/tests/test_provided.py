@@ -54,7 +54,24 @@ def _module_to_global(m, placement, sbp):
 
 
 @pytest.fixture
-def fake_dist():
+def without_dist():
+    """Where flow-dist is installed (the all-plugins session) it provides these names: take it away
+    for the test, and give it back after."""
+    from flow.plugins.manager import ensure_loaded, get_plugin_manager
+
+    ensure_loaded()
+    mod = get_plugin_manager().get_plugin("dist")
+    if mod is not None:
+        flow.plugins.unregister("dist")
+    try:
+        yield
+    finally:
+        if mod is not None:
+            flow.plugins.register(mod, name="dist")
+
+
+@pytest.fixture
+def fake_dist(without_dist):
     mod = types.ModuleType("tests.fake_dist")
 
     def flow_register_api(registry):
@@ -75,7 +92,7 @@ def fake_dist():
         array_kinds.unregister_array_kind(HalfArray)
 
 
-def test_without_the_plugin_the_names_say_which_package_provides_them():
+def test_without_the_plugin_the_names_say_which_package_provides_them(without_dist):
     for name in ("placement", "sbp", "env", "comm"):
         with pytest.raises(FeatureNotInstalledError, match="flow-dist"):
             getattr(flow, name)
