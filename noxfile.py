@@ -8,6 +8,9 @@
   package with its ``test`` extra, then its ``tests/`` with pytest;
 - ``all_plugins``: every package and example plugin installed together, and flow-core's tests and
   every package's tests run again, so a plugin that breaks the core (or another plugin) shows up;
+- ``dist``: flow-dist's multi-process tests, with MPI (mpi4py on the ``mpich`` wheel): each runs a
+  script of ``packages/flow-dist/tests/ranks`` under ``mpiexec`` at 2, 3 or 4 ranks (the
+  ``tests`` sessions have no MPI, so there those tests skip and the single-process ones run);
 - ``parity``: every package's tests that compare with PyTorch (the files that mention torch), with
   torch==2.13.0 installed by pip; a test skipped there for want of torch fails. The other sessions
   stay torch-free, since flow never needs it.
@@ -35,7 +38,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 nox.needs_version = ">=2024.4.15"  # for "uv|virtualenv"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "structure", "tests", "all_plugins", "parity"]
+nox.options.sessions = ["lint", "structure", "tests", "all_plugins", "dist", "parity"]
 
 ROOT = Path(__file__).parent
 CORE = "flow-core"
@@ -167,6 +170,16 @@ def all_plugins(session: nox.Session) -> None:
     session.run("python", "-m", "flow", "plugins")
     for project_dir in [CORE_DIR, *projects]:
         run_pytest(session, project_dir)
+
+
+@nox.session
+def dist(session: nox.Session) -> None:
+    """flow-dist's multi-process tests under mpiexec (MPICH from PyPI, so no system MPI is needed)."""
+    project_dir = ROOT / "packages" / "flow-dist"
+    session.install(core_requirement(session), f"./{project_dir.relative_to(ROOT).as_posix()}[mpi,test]", "pytest")
+    session.run("mpiexec", "--version", silent=True)  # fail early, clearly, if MPICH did not install
+    with session.chdir(project_dir):
+        session.run("pytest", "tests/test_ranks.py", "-v", *session.posargs)
 
 
 def torch_test_files(project_dir: Path) -> list[str]:
