@@ -2,15 +2,17 @@
 
 flow's plugin manager imports this module and runs its hooks:
 
-- ``flow_add_hookspecs``: :mod:`flow_dist.hookspecs` (``flow_dist_register_rules``), for plugins
-  that add SBP rules only where flow-dist is installed;
-- ``flow_register_tables``: the ``"sbp"`` rule table (op name -> rule, see :mod:`flow_dist.rules`);
+- ``flow_register_tables``: the ``"sbp"`` rule table (op name -> rule, see :mod:`flow_dist.rules`),
+  which any plugin fills with ``registry.register_rule("sbp", op, rule)`` in its own
+  ``flow_register_rules`` (queued until flow-dist loads, so op packages need not depend on it);
 - ``flow_register_rules``: the SBP rules of flow-core's ops;
 - ``flow_register_api``: ``flow.placement``, ``flow.sbp``, ``flow.env``, ``flow.comm``,
   ``Tensor.to_global`` / ``to_local``, ``nn.Module.to_global``, the factories' ``placement=``;
   and the global array kind with its handler (:mod:`flow_dist.handler`).
 
-mpi4py and CuPy (for NCCL) are only imported when a communicator is created, never here.
+mpi4py is imported when flow loads its plugins in a process of a multi-process job (started by
+mpiexec or flow-launch), so that an exception on one rank aborts the job; a single process never
+imports it. CuPy (for NCCL) comes with flow-cuda.
 """
 
 from __future__ import annotations
@@ -53,3 +55,7 @@ def flow_register_api(registry) -> None:
     registry.register_api("global_constant", api.global_constant)
     registry.register_api("global_load", checkpoint.global_load)
     array_kinds.register_array_kind(GlobalArray, global_handler)
+    if env.get_world_size() > 1:
+        # under mpiexec: initialise MPI now; `python -m mpi4py` aborts the whole job on an uncaught
+        # exception only once MPI is imported, and flow imports it at the first communication
+        import mpi4py.MPI  # noqa: F401
