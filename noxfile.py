@@ -179,7 +179,7 @@ def dist(session: nox.Session) -> None:
     session.install(core_requirement(session), f"./{project_dir.relative_to(ROOT).as_posix()}[mpi,test]", "pytest")
     session.run("mpiexec", "--version", silent=True)  # fail early, clearly, if MPICH did not install
     with session.chdir(project_dir):
-        session.run("pytest", "tests/test_ranks.py", "-v", *session.posargs)
+        session.run("pytest", "tests", "-v", *session.posargs)
 
 
 def torch_test_files(project_dir: Path) -> list[str]:

@@ -106,6 +106,8 @@ def test_without_the_plugin_the_names_say_which_package_provides_them(without_di
         flow.zeros(2, placement="p", sbp="s")
     with pytest.raises(FeatureNotInstalledError, match=r"nn.Module.to_global.*flow-dist"):
         flow.nn.Linear(2, 2).to_global("p", "s")
+    with pytest.raises(FeatureNotInstalledError, match=r"DistributedDataParallel.*flow-dist"):
+        flow.nn.parallel.DistributedDataParallel(flow.nn.Linear(2, 2))
     with pytest.raises(FeatureNotInstalledError, match=r"global_dst_rank.*flow-dist"):
         flow.save({}, "unused.safetensors", global_dst_rank=0)
     with pytest.raises(FeatureNotInstalledError, match=r"global_src_rank.*flow-dist"):

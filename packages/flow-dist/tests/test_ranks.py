@@ -41,3 +41,8 @@ def test_a_collective_a_rank_never_joins_times_out():
     assert "timeout ok" in out
     took = float(out.split("timeout ok")[1].split()[0])
     assert 0.9 <= took < 5, took
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ddp_trains_like_one_process_on_the_whole_batch(n):
+    assert "ddp ok" in run_ranks("ddp.py", n, timeout=300).stdout

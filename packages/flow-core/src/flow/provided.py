@@ -49,6 +49,7 @@ KNOWN_PROVIDERS: dict[str, str] = {
     "global_factory": "flow-dist",
     "global_constant": "flow-dist",
     "global_load": "flow-dist",
+    "nn.parallel.DistributedDataParallel": "flow-dist",
     "autocast": "flow-amp",
     "amp": "flow-amp",
     "is_autocast_enabled": "flow-amp",

@@ -40,6 +40,7 @@ def flow_register_rules(registry) -> None:
 def flow_register_api(registry) -> None:
     from flow import array_kinds
     from flow_dist import api, checkpoint, comm, env, sbp
+    from flow_dist.ddp import DistributedDataParallel
     from flow_dist.global_array import GlobalArray
     from flow_dist.handler import global_handler
     from flow_dist.placement import placement
@@ -54,6 +55,7 @@ def flow_register_api(registry) -> None:
     registry.register_api("global_factory", api.global_factory)
     registry.register_api("global_constant", api.global_constant)
     registry.register_api("global_load", checkpoint.global_load)
+    registry.register_api("nn.parallel.DistributedDataParallel", DistributedDataParallel)
     array_kinds.register_array_kind(GlobalArray, global_handler)
     if env.get_world_size() > 1:
         # under mpiexec: initialise MPI now; `python -m mpi4py` aborts the whole job on an uncaught

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flow.autograd import engine
-from flow.autograd.engine import run_backward
+from flow.autograd.engine import queue_callback, run_backward
 from flow.autograd.function import Function, FunctionCtx
 from flow.autograd.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from flow.errors import AutogradError
@@ -18,6 +18,7 @@ __all__ = [
     "set_grad_enabled",
     "is_grad_enabled",
     "inference_mode",
+    "queue_callback",
 ]
 
 

@@ -15,6 +15,7 @@ change anything else.
 
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 from flow._kinds import KINDS as _KINDS
@@ -174,6 +175,27 @@ def _store_grad(t, g, create_graph: bool, given: dict, owned: dict) -> None:
             h(t)
 
 
+_LOCAL = threading.local()
+
+
+def _callback_stack() -> list:
+    stack = getattr(_LOCAL, "callbacks", None)
+    if stack is None:
+        stack = _LOCAL.callbacks = []
+    return stack
+
+
+def queue_callback(fn) -> None:
+    """Run ``fn()`` once the backward pass now running has finished (every gradient computed and
+    accumulated), as PyTorch's ``Variable._execution_engine.queue_callback``: a gradient hook uses
+    it to finish work it started (DDP waits for its gradient all-reduces there). Outside a backward
+    pass it is an error."""
+    stack = _callback_stack()
+    if not stack:
+        raise AutogradError("queue_callback: no backward pass is running (call it from a gradient hook)")
+    stack[-1].append(fn)
+
+
 def _writeable(a) -> bool:
     flags = getattr(a, "flags", None)
     return flags is None or flags.writeable
@@ -255,6 +277,8 @@ def run_backward(
     pop, push = ready.pop, ready.append
     prev = STATE.grad_enabled
     STATE.grad_enabled = create_graph
+    callbacks = _callback_stack()
+    callbacks.append([])
     try:
         while ready:
             n = pop()
@@ -326,6 +350,9 @@ def run_backward(
                 n.release()
     finally:
         STATE.grad_enabled = prev
+        queued = callbacks.pop()
+    for fn in queued:  # the pass is done: what its hooks asked to run at its end (DDP's all-reduce waits)
+        fn()
     if inputs is None:
         return None
     for k, r in enumerate(result):

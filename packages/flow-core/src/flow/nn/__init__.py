@@ -5,12 +5,12 @@
 flow.Size([3, 2])
 """
 
-from flow.nn import functional, init, utils
+from flow.nn import functional, init, parallel, utils
 from flow.nn.modules import *  # noqa: F401,F403
 from flow.nn.modules import __all__ as _modules_all
 from flow.nn.parameter import Buffer, Parameter
 
-__all__ = ["functional", "init", "utils", "Parameter", "Buffer", "Graph"] + list(_modules_all)  # noqa: F405
+__all__ = ["functional", "init", "parallel", "utils", "Parameter", "Buffer", "Graph"] + list(_modules_all)  # noqa: F405
 
 
 def __getattr__(name: str):

@@ -1,0 +1,159 @@
+"""``flow.nn.parallel.DistributedDataParallel``: replicas of a module on every process, with
+their gradients averaged during backward.
+
+At construction every parameter and buffer is broadcast from rank 0, so all replicas start
+equal. Parameters are grouped into buckets of about ``bucket_size_mb`` (in reverse order, as
+backward produces their gradients); when the last gradient of a bucket has been accumulated (a
+post-accumulate-grad hook), the bucket's gradients are flattened and an asynchronous all-reduce
+starts, while backward goes on with the earlier layers. When the backward pass ends
+(:func:`flow.autograd.queue_callback`) the all-reduces are waited for and each ``.grad`` gets the
+average over the replicas. Buckets start in the same order on every rank, since every rank runs
+the same backward.
+
+- ``no_sync()``: gradients only accumulate locally; the next backward outside it averages the
+  accumulated ones.
+- A parameter without a gradient in a pass (unused by this forward) counts as a zero gradient:
+  its bucket is reduced at the end of the pass, so the other ranks never wait for it; if no rank
+  produced a gradient it stays ``None``.
+- ``broadcast_buffers``: buffers (running statistics) are broadcast from rank 0 before each
+  forward.
+- ``state_dict`` keys carry the ``module.`` prefix, as in PyTorch; ``.module`` is the wrapped
+  module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+import flow
+from flow import nn
+from flow_dist.comm.backend import get_backend
+from flow_dist.comm.errors import CommError
+
+__all__ = ["DistributedDataParallel"]
+
+
+class _Bucket:
+    __slots__ = ("params", "sizes", "dtype", "ready", "work", "flat")
+
+    def __init__(self, params: list) -> None:
+        self.params = params
+        self.sizes = [int(p._data.size) for p in params]
+        self.dtype = params[0]._data.dtype
+        self.ready = 0
+        self.work = None
+        self.flat = None
+
+
+class DistributedDataParallel(nn.Module):
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids=None,
+        bucket_size_mb: float = 25.0,
+        broadcast_buffers: bool = True,
+        find_unused_parameters: bool = False,
+    ) -> None:
+        super().__init__()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"DistributedDataParallel: expected an nn.Module, got {type(module).__name__}")
+        if bucket_size_mb <= 0:
+            raise ValueError(f"DistributedDataParallel: bucket_size_mb must be positive, got {bucket_size_mb}")
+        self.module = module
+        self.broadcast_buffers = broadcast_buffers
+        self.bucket_size_mb = bucket_size_mb
+        seen, params = set(), []
+        for name, p in module.named_parameters():
+            if p._data.__class__ is not np.ndarray:
+                raise CommError(
+                    f"DistributedDataParallel: parameter '{name}' is not a local CPU tensor (a global module "
+                    "needs no DDP: its gradients are reduced by its SBP)"
+                )
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        self._comm = get_backend("cpu")
+        self._world = self._comm.size
+        with flow.no_grad():
+            for t in params + [b for b in module.buffers()]:
+                t._data[...] = self._comm.broadcast(t._data, src=0)
+        self._buckets = self._make_buckets(params, bucket_size_mb * 2**20)
+        self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
+        self._sync = True
+        self._in_pass = False
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params]
+
+    @staticmethod
+    def _make_buckets(params: list, limit: float) -> list:
+        buckets, cur, size = [], [], 0
+        for p in reversed(params):  # backward gives the last layers' gradients first
+            nbytes = p._data.nbytes
+            if cur and (size + nbytes > limit or p._data.dtype != cur[0]._data.dtype):
+                buckets.append(_Bucket(cur))
+                cur, size = [], 0
+            cur.append(p)
+            size += nbytes
+        if cur:
+            buckets.append(_Bucket(cur))
+        return buckets
+
+    # -- forward ------------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        if self.broadcast_buffers and self._world > 1:
+            with flow.no_grad():
+                for b in self.module.buffers():
+                    b._data[...] = self._comm.broadcast(b._data, src=0)
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Accumulate gradients locally; the first backward after the block averages them."""
+        old = self._sync
+        self._sync = False
+        try:
+            yield
+        finally:
+            self._sync = old
+
+    # -- backward -----------------------------------------------------------------------------
+    def _on_grad(self, p) -> None:
+        if not self._sync or self._world == 1:
+            return
+        if not self._in_pass:
+            self._in_pass = True
+            flow.autograd.queue_callback(self._finish)
+        b = self._bucket_of[id(p)]
+        b.ready += 1
+        if b.ready == len(b.params):
+            self._launch(b)
+
+    def _launch(self, b: _Bucket) -> None:
+        parts = []
+        for p, n in zip(b.params, b.sizes):
+            g = p.grad
+            parts.append(np.zeros(n, b.dtype) if g is None else g._data.reshape(-1))
+        b.flat = np.concatenate(parts)
+        b.work = self._comm.all_reduce(b.flat, op="sum", async_op=True)
+
+    def _finish(self) -> None:
+        self._in_pass = False
+        for b in self._buckets:  # buckets a parameter without a gradient held back
+            if b.work is None:
+                self._launch(b)
+        for b in self._buckets:
+            total = b.work.wait()
+            total /= self._world
+            offset = 0
+            had = [p.grad is not None for p in b.params]
+            for p, n, has in zip(b.params, b.sizes, had):
+                piece = total[offset : offset + n].reshape(p._data.shape)
+                offset += n
+                if has:
+                    p.grad._data[...] = piece
+                elif piece.any():  # unused here, used elsewhere
+                    p.grad = flow.from_numpy(piece.copy())
+            b.ready = 0
+            b.work = None
+            b.flat = None
