@@ -36,7 +36,7 @@ __all__ = ["DistributedDataParallel"]
 
 
 class _Bucket:
-    __slots__ = ("params", "sizes", "dtype", "ready", "work", "flat")
+    __slots__ = ("params", "sizes", "dtype", "ready", "work", "flat", "total")
 
     def __init__(self, params: list) -> None:
         self.params = params
@@ -44,7 +44,9 @@ class _Bucket:
         self.dtype = params[0]._data.dtype
         self.ready = 0
         self.work = None
-        self.flat = None
+        n = sum(self.sizes)  # kept from step to step: no fresh pages to fault in every step
+        self.flat = np.empty(n, self.dtype)
+        self.total = np.empty(n, self.dtype)
 
 
 class DistributedDataParallel(nn.Module):
@@ -128,32 +130,39 @@ class DistributedDataParallel(nn.Module):
         b.ready += 1
         if b.ready == len(b.params):
             self._launch(b)
+        for other in self._buckets:  # MPI moves data only when polled: nudge those in flight
+            if other.work is not None:
+                other.work.is_completed()
 
     def _launch(self, b: _Bucket) -> None:
-        parts = []
+        offset = 0
         for p, n in zip(b.params, b.sizes):
             g = p.grad
-            parts.append(np.zeros(n, b.dtype) if g is None else g._data.reshape(-1))
-        b.flat = np.concatenate(parts)
-        b.work = self._comm.all_reduce(b.flat, op="sum", async_op=True)
+            if g is None:
+                b.flat[offset : offset + n] = 0
+            else:
+                b.flat[offset : offset + n] = g._data.reshape(-1)
+            offset += n
+        b.work = self._comm.all_reduce(b.flat, op="sum", async_op=True, out=b.total)
 
     def _finish(self) -> None:
         self._in_pass = False
         for b in self._buckets:  # buckets a parameter without a gradient held back
             if b.work is None:
                 self._launch(b)
+        scale = 1.0 / self._world
         for b in self._buckets:
             total = b.work.wait()
-            total /= self._world
             offset = 0
-            had = [p.grad is not None for p in b.params]
-            for p, n, has in zip(b.params, b.sizes, had):
-                piece = total[offset : offset + n].reshape(p._data.shape)
+            for p, n in zip(b.params, b.sizes):
+                piece = total[offset : offset + n]
                 offset += n
-                if has:
-                    p.grad._data[...] = piece
+                g = p.grad
+                if g is not None and g._data.flags.c_contiguous and g._data.flags.writeable:
+                    np.multiply(piece, scale, out=g._data.reshape(-1))  # the average, in one pass
+                elif g is not None:
+                    g._data[...] = (piece * scale).reshape(p._data.shape)
                 elif piece.any():  # unused here, used elsewhere
-                    p.grad = flow.from_numpy(piece.copy())
+                    p.grad = flow.from_numpy((piece * scale).reshape(p._data.shape))
             b.ready = 0
             b.work = None
-            b.flat = None

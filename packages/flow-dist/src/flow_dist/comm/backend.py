@@ -54,7 +54,8 @@ class Backend:
     size: int
     ranks: tuple  # the group's global ranks
 
-    def all_reduce(self, a: np.ndarray, op: str = "sum", async_op: bool = False):
+    def all_reduce(self, a: np.ndarray, op: str = "sum", async_op: bool = False, out: np.ndarray | None = None):
+        """The reduction over the group (into ``out`` when given and it fits)."""
         raise NotImplementedError
 
     def all_gather(self, a: np.ndarray, async_op: bool = False):

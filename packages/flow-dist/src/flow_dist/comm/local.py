@@ -23,7 +23,7 @@ class LocalBackend(Backend):
         if r != 0:
             raise CommError(f"{what}: rank {r} is not in a group of 1")
 
-    def all_reduce(self, a, op="sum", async_op=False):
+    def all_reduce(self, a, op="sum", async_op=False, out=None):
         if op not in REDUCE_OPS:
             raise CommError(f"all_reduce: unknown op {op!r}; expected one of {REDUCE_OPS}")
         return _done(np.array(a, copy=True), async_op)

@@ -31,6 +31,7 @@ _KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "
 _DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 _HLEN = 12  # kind, op, dtype, ndim, 7 dims, a hash of the rest
 _MAXDIMS = 7
+_SPIN_S = 0.5  # how long a wait polls without pause before it starts to nap
 
 
 def _mpi():
@@ -119,21 +120,25 @@ class MPIBackend(Backend):
     # -- waiting and checking -------------------------------------------------------------------
     def _wait(self, reqs: list, what: str) -> None:
         MPI = _mpi()
-        deadline = time.monotonic() + timeout()
-        spins = 0
-        nap = 1e-5
+        if MPI.Request.Testall(reqs):
+            return
+        # MPI moves a collective's data only while a rank polls it (as MPI_Wait does): poll without
+        # pause for a while, then, for a rank that is late, with naps until the deadline
+        start = time.monotonic()
+        limit = timeout()
+        nap = 1e-4
         while not MPI.Request.Testall(reqs):
-            spins += 1
-            if spins < 2000:  # short collectives finish while spinning
+            waited = time.monotonic() - start
+            if waited < _SPIN_S:
                 continue
-            if time.monotonic() > deadline:
+            if waited > limit:
                 raise CommTimeoutError(
-                    f"{what} on ranks {list(self.ranks)} did not complete within FLOW_COMM_TIMEOUT={timeout():g} s "
+                    f"{what} on ranks {list(self.ranks)} did not complete within FLOW_COMM_TIMEOUT={limit:g} s "
                     f"(this is rank {self.ranks[self.rank]}); a rank did not join it. The job's communication "
                     "is now in an unknown state: abort it (the launcher does when a rank raises)"
                 )
             time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+            nap = min(nap * 2, 0.01)
 
     def _agree(self, kind: str, op: str = "", a: np.ndarray | None = None, extra: tuple = ()) -> None:
         """Every rank must be running the same collective on the same dtype and shape."""
@@ -163,20 +168,23 @@ class MPIBackend(Backend):
         )
 
     # -- collectives ----------------------------------------------------------------------------
-    def all_reduce(self, a, op="sum", async_op=False):
+    def all_reduce(self, a, op="sum", async_op=False, out=None):
+        """``out`` (optional): a contiguous array like ``a`` to receive into (saves allocating one)."""
         self._agree("all_reduce", op, a)
-        MPI = _mpi()
         rdt, mtype = _reduce_type(a.dtype)
         mop = _mpi_op(op, a.dtype)
         send = np.ascontiguousarray(a, dtype=rdt).reshape(-1)  # (1-d: a 0-d array has no buffer shape)
-        recv = np.empty_like(send)
+        if out is not None and out.dtype == rdt and out.size == send.size and out.flags.c_contiguous:
+            recv = out.reshape(-1)
+        else:
+            recv = np.empty_like(send)
         req = self.comm.Iallreduce([send, mtype], [recv, mtype], op=mop)
-        del MPI
 
         def finish():
             self._wait([req], "all_reduce")
-            r = recv / self.size if op == "avg" else recv
-            return r.astype(a.dtype, copy=False).reshape(a.shape)
+            if op == "avg":
+                np.divide(recv, self.size, out=recv, casting="unsafe")
+            return recv.astype(a.dtype, copy=False).reshape(a.shape)
 
         return _result(finish, req, async_op)
 
