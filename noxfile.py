@@ -10,7 +10,8 @@
   every package's tests run again, so a plugin that breaks the core (or another plugin) shows up;
 - ``dist``: flow-dist's multi-process tests, with MPI (mpi4py on the ``mpich`` wheel): each runs a
   script of ``packages/flow-dist/tests/ranks`` under ``mpiexec`` at 2, 3 or 4 ranks (the
-  ``tests`` sessions have no MPI, so there those tests skip and the single-process ones run);
+  ``tests`` sessions have no MPI, so there those tests skip and the single-process ones run),
+  and flow-train's ``--nproc`` test;
 - ``parity``: every package's tests that compare with PyTorch (the files that mention torch), with
   torch==2.13.0 installed by pip; a test skipped there for want of torch fails. The other sessions
   stay torch-free, since flow never needs it.
@@ -176,10 +177,18 @@ def all_plugins(session: nox.Session) -> None:
 def dist(session: nox.Session) -> None:
     """flow-dist's multi-process tests under mpiexec (MPICH from PyPI, so no system MPI is needed)."""
     project_dir = ROOT / "packages" / "flow-dist"
-    session.install(core_requirement(session), f"./{project_dir.relative_to(ROOT).as_posix()}[mpi,test]", "pytest")
+    models_dir = ROOT / "packages" / "flow-models"
+    session.install(
+        core_requirement(session),
+        f"./{project_dir.relative_to(ROOT).as_posix()}[mpi,test]",
+        requirement(models_dir),
+        "pytest",
+    )
     session.run("mpiexec", "--version", silent=True)  # fail early, clearly, if MPICH did not install
     with session.chdir(project_dir):
         session.run("pytest", "tests", "-v", *session.posargs)
+    with session.chdir(models_dir):  # flow-train --nproc
+        session.run("pytest", "tests/test_train_nproc.py", "-v", *session.posargs)
 
 
 def torch_test_files(project_dir: Path) -> list[str]:

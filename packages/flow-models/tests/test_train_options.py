@@ -106,6 +106,7 @@ BAD_FLAGS = {
         (lambda p: ["--num-workers", "100000"], "<= 256"),
     ],
     "--threads": [(lambda p: ["--threads", "-1"], "must be an integer >= 0")],
+    "--nproc": [(lambda p: ["--nproc", "0"], "must be an integer >= 1")],
     "--output": [
         (lambda p: ["--output", str(p / "{foo}")], "may only use the fields {model} and {dataset}"),
         (lambda p: ["--output", _a_file(p)], "is a file, not a folder"),
@@ -149,6 +150,7 @@ BAD_CONFIG = {
     "device": 0,
     "num_workers": -1,
     "threads": 2.5,
+    "nproc": 0,
     "output": 5,
     "resume": "/no/such/checkpoint.safetensors",
     "log_every": 0,

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode = e.add_mutually_exclusive_group()
     mode.add_argument("--graph", dest="graph", action="store_true", default=None, help=SETTINGS["graph"].help)
     mode.add_argument("--eager", dest="graph", action="store_false", help="run eagerly (the default)")
-    for name in ("amp", "device", "num_workers", "threads"):
+    for name in ("amp", "device", "num_workers", "threads", "nproc"):
         _add(e, name)
     o = p.add_argument_group("output")
     _add(o, "output", metavar="DIR")
@@ -186,12 +186,18 @@ def _run(argv: list[str] | None) -> int:
     if args.list:
         list_zoo()
         return 0
+    from flow_models.train import parallel
     from flow_models.train.config import resolve_config
     from flow_models.train.loop import Trainer
 
     model, family, file_values, flags = _settings(args)
     cfg = resolve_config(model, family, file_values, flags)
-    trainer = Trainer(cfg)
+    if cfg.nproc > 1 and parallel.world()[1] == 1:  # start the job: this command on every rank
+        return parallel.relaunch(cfg.nproc, sys.argv[1:] if argv is None else list(argv))
+    trainer = Trainer(cfg, log=print if parallel.on_main() else parallel.quiet)
+    if not parallel.on_main():
+        trainer.run()
+        return 0
     if cfg.sample and trainer.splits.task != "lm":
         print(
             f"{PROG}: note: --sample applies to language models; '{cfg.model}' is a {trainer.splits.task} model",

@@ -57,6 +57,7 @@ class TrainConfig:
     seed: int = 0
     num_workers: int = 0
     threads: int = 1  # BLAS / OpenMP threads; 0 keeps the libraries' own default (see limit_threads)
+    nproc: int = 1  # data-parallel processes (flow_models.train.parallel)
     log_every: int = 10
     progress: bool = True
     sample: bool = False

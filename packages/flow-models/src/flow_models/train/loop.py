@@ -19,7 +19,7 @@ import numpy as np
 
 import flow
 from flow.utils.data import DataLoader, DataLoaderWorkerError, Sampler
-from flow_models.train import build
+from flow_models.train import build, parallel
 from flow_models.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from flow_models.train.config import TrainConfig, TrainError
 from flow_models.train.interrupt import Interrupt
@@ -91,14 +91,28 @@ class Trainer:
         self.model = build.build_model(cfg, self.splits, self.resumed["model_config"] if self.resumed else None)
         if self.device.type != "cpu":
             self.model.to(self.device)
+        self.rank, self.world = parallel.world()
+        self.main = self.rank == 0  # the rank that logs and writes the run folder
+        if self.world > 1:
+            parallel.check(cfg, self.world)
+        # the module the steps run (DDP averages its gradients over the ranks); self.model is the model
+        self.train_model = parallel.wrap(self.model) if self.world > 1 else self.model
         self.optimizer = build.build_optimizer(cfg, self.model)
-        self.steps_per_epoch = math.ceil(len(self.splits.train) / cfg.batch_size)
+        if self.world > 1:  # full batches only, so that every rank runs every step
+            self.steps_per_epoch = len(self.splits.train) // cfg.batch_size
+        else:
+            self.steps_per_epoch = math.ceil(len(self.splits.train) / cfg.batch_size)
         total = cfg.epochs * self.steps_per_epoch
         self.total_steps = min(total, cfg.max_steps) if cfg.max_steps else total
         self.scheduler = build.build_scheduler(cfg, self.optimizer, total)
         self.sampler = EpochSampler(len(self.splits.train), cfg.seed)
+        if self.world > 1:
+            self.sampler = parallel.ShardSampler(self.sampler, cfg.batch_size, self.rank, self.world)
         self.train_loader = DataLoader(
-            self.splits.train, batch_size=cfg.batch_size, sampler=self.sampler, num_workers=cfg.num_workers
+            self.splits.train,
+            batch_size=cfg.batch_size // self.world,
+            sampler=self.sampler,
+            num_workers=cfg.num_workers,
         )
         self.test_loader = DataLoader(
             self.splits.test, batch_size=cfg.eval_batch_size or 2 * cfg.batch_size, num_workers=cfg.num_workers
@@ -108,13 +122,14 @@ class Trainer:
         self.best: dict = {}
         self.last_eval: dict = {}
         self.out_dir = cfg.output_dir()
-        os.makedirs(self.out_dir, exist_ok=True)
-        remove_stale_temps(self.out_dir)
+        if self.main:
+            os.makedirs(self.out_dir, exist_ok=True)
+            remove_stale_temps(self.out_dir)
         self.checkpoint_path = os.path.join(self.out_dir, CHECKPOINT_NAME)
         if self.resumed:
             self._restore(self.resumed)
         self.metrics = MetricsLog(
-            os.path.join(self.out_dir, "metrics.jsonl"), self.global_step if self.resumed else None
+            os.path.join(self.out_dir, "metrics.jsonl"), self.global_step if self.resumed else None, write=self.main
         )
         self._autocast = build.autocast_context(cfg) if cfg.amp and not cfg.graph else None
         self._graph_step = self._make_graph_step() if cfg.graph else None
@@ -135,6 +150,8 @@ class Trainer:
         self.log(f"resumed from {self.cfg.resume}: epoch {self.epoch + 1}, step {self.global_step}")
 
     def save(self) -> str:
+        if not self.main:
+            return self.checkpoint_path
         data = {
             "name": self.splits.name,
             "task": self.splits.task,
@@ -190,7 +207,7 @@ class Trainer:
             loss = self._graph_step(*batch)
         else:
             with self._autocast() if self._autocast else nullcontext():
-                loss, n = self.task.loss(self.model, batch)
+                loss, n = self.task.loss(self.train_model, batch)
             self.optimizer.zero_grad()
             loss.backward()
             if self.cfg.grad_clip:
@@ -198,6 +215,9 @@ class Trainer:
             self.optimizer.step()
         self.scheduler.step()
         value = float(loss.item())
+        if self.world > 1:  # each rank's loss is its share's mean: the step's is their mean
+            value = parallel.mean_over_ranks(value)
+            n *= self.world
         if not math.isfinite(value):
             raise TrainError(
                 f"the loss became {value} at step {self.global_step + 1}; try a lower --lr "
@@ -276,7 +296,7 @@ class Trainer:
             total=total,
             initial=self.step_in_epoch,
             desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
-            disable=not cfg.progress,
+            disable=not cfg.progress or not self.main,
             leave=False,
             dynamic_ncols=True,
             file=sys.stderr,
@@ -347,6 +367,8 @@ class Trainer:
     def _plot(self) -> None:
         from flow_models.train.plot import plot_metrics
 
+        if not self.main:
+            return
         self._last_plot = time.perf_counter()
         try:
             plot_metrics(
@@ -371,7 +393,8 @@ class Trainer:
             "metrics": self.metrics.path,
             "plot": os.path.join(self.out_dir, "plot.png"),
         }
-        atomic_write(os.path.join(self.out_dir, "summary.json"), json.dumps(summary, indent=2))
+        if self.main:
+            atomic_write(os.path.join(self.out_dir, "summary.json"), json.dumps(summary, indent=2))
         return summary
 
 

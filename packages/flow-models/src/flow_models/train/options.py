@@ -278,6 +278,7 @@ SETTINGS: dict[str, Setting] = {
         ),
         _S("num_workers", int, "DataLoader worker processes", low=0, high=MAX_WORKERS),
         _S("threads", int, "BLAS/OpenMP threads (0 leaves the libraries' default)", low=0, high=1024),
+        _S("nproc", int, "processes to train on, data parallel (needs flow-dist with MPI)", low=1, high=1024),
         _S("output", str, "run folder; {model} and {dataset} are filled in", rule=_output, rule_doc="naming a folder"),
         _S(
             "resume",

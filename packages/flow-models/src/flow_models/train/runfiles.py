@@ -74,9 +74,12 @@ class MetricsLog:
     kill) and rewrites the file with them atomically; a fresh run starts it empty.
     """
 
-    def __init__(self, path: str, resume_step: int | None) -> None:
+    def __init__(self, path: str, resume_step: int | None, write: bool = True) -> None:
         self.path = path
+        self.write = write  # False: keep the records in memory only (ranks other than 0)
         self.records: list[dict] = []
+        if not write:
+            return
         if resume_step is not None and os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as f:
                 for line in f:
@@ -90,5 +93,7 @@ class MetricsLog:
 
     def append(self, record: dict) -> None:
         self.records.append(record)
+        if not self.write:
+            return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
