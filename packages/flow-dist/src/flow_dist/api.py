@@ -14,10 +14,12 @@ import numpy as np
 from flow import array_kinds
 from flow.autograd import Function
 from flow_dist import boxing, env
-from flow_dist.global_array import GlobalArray, GlobalTensorError
+from flow_dist.convert import Arg, convert
+from flow_dist.errors import GlobalTensorError
+from flow_dist.global_array import GlobalArray
 from flow_dist.layout import check_sbp, normalize_sbp
 from flow_dist.placement import Placement
-from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast, partial_sum
+from flow_dist.sbp import PartialSum, Split, broadcast
 
 __all__ = ["to_global", "to_local", "module_to_global", "global_factory", "global_constant", "local_to_global"]
 
@@ -39,19 +41,6 @@ def _check_placement(placement) -> Placement:
     return placement
 
 
-def _grad_layout(x_sbp: tuple, g_sbp: tuple) -> tuple:
-    """The layout a gradient is converted to on its way back to an input laid out as ``x_sbp``."""
-    out = []
-    for xs, gs in zip(x_sbp, g_sbp):
-        if xs.__class__ is PartialSum:
-            out.append(broadcast)
-        elif xs.__class__ is Broadcast and gs.__class__ is PartialSum:
-            out.append(partial_sum)
-        else:
-            out.append(xs)
-    return tuple(out)
-
-
 def _logical_shape(local: np.ndarray, placement: Placement, nd: tuple) -> tuple:
     """The logical shape of pieces given by every rank: split dims are the sum of the pieces along
     their axis (uneven pieces allowed), found with one small all-gather per split axis."""
@@ -67,15 +56,6 @@ def _logical_shape(local: np.ndarray, placement: Placement, nd: tuple) -> tuple:
         lens = get_backend(placement.type, group).all_gather(np.array([local.shape[s.dim]], dtype=np.int64))
         shape[s.dim] = shape[s.dim] - local.shape[s.dim] + int(sum(int(a[0]) for a in lens))
     return tuple(shape)
-
-
-class _Arg:
-    """A non-tensor argument of a Function (autograd takes tuples for tensor lists)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value) -> None:
-        self.value = value
 
 
 class _LocalToGlobal(Function):
@@ -99,24 +79,6 @@ class _LocalToGlobal(Function):
         return array_kinds.wrap(ga.local, g.device, dtype=g.dtype), None, None, None
 
 
-class _Boxing(Function):
-    @staticmethod
-    def forward(ctx, x, nd, placement):
-        nd = nd.value
-        ctx.layout = x._data.sbp
-        ctx.placement = x._data.placement
-        out = boxing.box(x._data, nd, placement)
-        if out is x._data:
-            out = out.with_local(out.local.copy())  # a new tensor: not the input's storage
-        return array_kinds.wrap(out, x.device, dtype=x.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        back = _grad_layout(ctx.layout, g._data.sbp)
-        ga = boxing.box(g._data, back, ctx.placement)
-        return array_kinds.wrap(ga, g.device, dtype=g.dtype), None, None
-
-
 class _GlobalToLocal(Function):
     @staticmethod
     def forward(ctx, x):
@@ -137,7 +99,7 @@ def local_to_global(t, placement, sbp, shape=None):
     placement = _check_placement(placement)
     nd = check_sbp(normalize_sbp(sbp, placement), t.ndim)
     shape = _logical_shape(t._data, placement, nd) if shape is None else tuple(shape)
-    return _LocalToGlobal.apply(t, placement, _Arg(nd), _Arg(shape))
+    return _LocalToGlobal.apply(t, placement, Arg(nd), Arg(shape))
 
 
 def to_global(t, placement=None, sbp=None, **kwargs):
@@ -156,7 +118,7 @@ def to_global(t, placement=None, sbp=None, **kwargs):
     nd = d.sbp if sbp is None else check_sbp(normalize_sbp(sbp, placement), d.ndim)
     if nd == d.sbp and placement == d.placement:
         return t
-    return _Boxing.apply(t, _Arg(nd), placement)
+    return convert(t, nd, placement)
 
 
 def to_local(t, **kwargs):

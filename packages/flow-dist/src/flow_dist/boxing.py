@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from flow_dist import env
 from flow_dist.comm.backend import get_backend
-from flow_dist.global_array import GlobalArray
+from flow_dist.errors import GlobalTensorError
 from flow_dist.layout import local_slice, piece_bounds
 from flow_dist.placement import Placement
 from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast
@@ -40,8 +41,9 @@ def _contig(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
-def box(x: GlobalArray, nd_sbp: tuple, placement: Placement | None = None) -> GlobalArray:
-    """``x`` laid out as ``nd_sbp`` (over ``placement``, default ``x``'s); ``x`` itself when nothing changes."""
+def box(x, nd_sbp: tuple, placement: Placement | None = None):
+    """``x`` (a :class:`~flow_dist.global_array.GlobalArray`) laid out as ``nd_sbp`` (over
+    ``placement``, default ``x``'s); ``x`` itself when nothing changes."""
     if placement is not None and placement != x.placement:
         return _change_placement(x, nd_sbp, placement)
     if nd_sbp == x.sbp:
@@ -77,18 +79,18 @@ def _nested(src: tuple, dst: tuple, changed: list) -> list:
     return sorted(axes)
 
 
-def _group(x: GlobalArray, axis: int):
+def _group(x, axis: int):
     p = x.placement
     if p.ndim == 1:
         return get_backend(p.type, p.rank_list)
     return get_backend(p.type, p.axis_group(p.rank_list[_flat_index(x)], axis))
 
 
-def _flat_index(x: GlobalArray) -> int:
+def _flat_index(x) -> int:
     return int(np.ravel_multi_index(x.coord, x.placement.hierarchy))
 
 
-def _sub_len(x: GlobalArray, axis: int, dim: int) -> int:
+def _sub_len(x, axis: int, dim: int) -> int:
     """The length of ``dim`` of the part of the logical tensor the group along ``axis`` shares."""
     sl = local_slice(x.shape, x.placement, x.sbp[:axis], x.coord[:axis])
     return sl[dim].stop - sl[dim].start
@@ -105,7 +107,7 @@ def _pieces(a: np.ndarray, dim: int, n: int) -> list:
     return out
 
 
-def _axis(x: GlobalArray, axis: int, to) -> GlobalArray:
+def _axis(x, axis: int, to):
     """Convert one placement axis of ``x`` to ``to`` (no nested split on a later axis)."""
     frm = x.sbp[axis]
     nd = x.sbp[:axis] + (to,) + x.sbp[axis + 1 :]
@@ -141,9 +143,7 @@ def _axis(x: GlobalArray, axis: int, to) -> GlobalArray:
     return x.with_local(out, nd)
 
 
-def _change_placement(x: GlobalArray, nd_sbp: tuple, placement: Placement) -> GlobalArray:
-    from flow_dist import env
-
+def _change_placement(x, nd_sbp: tuple, placement: Placement):
     whole = box(x, tuple(broadcast for _ in x.sbp))
     world = get_backend(placement.type, None)
     src = x.placement.rank_list[0]
@@ -151,10 +151,8 @@ def _change_placement(x: GlobalArray, nd_sbp: tuple, placement: Placement) -> Gl
     buf = whole.local if x.placement.has(me) else np.empty(x.shape, dtype=x.dtype)
     buf = world.broadcast(_contig(buf), src=src) if world.size > 1 else buf
     if not placement.has(me):
-        from flow_dist.global_array import GlobalTensorError
-
         raise GlobalTensorError(f"to_global: rank {me} is not in {placement!r}; every rank must be in the placement")
-    y = GlobalArray(buf, placement, tuple(broadcast for _ in nd_sbp), x.shape)
+    y = type(x)(buf, placement, tuple(broadcast for _ in nd_sbp), x.shape)
     return box(y, nd_sbp)
 
 

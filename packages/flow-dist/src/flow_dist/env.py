@@ -53,9 +53,9 @@ def get_node_size() -> int:
         return 1
     import socket
 
-    from flow_dist.comm.mpi import world_communicator
+    from mpi4py import MPI
 
-    names = world_communicator().allgather(socket.gethostname())
+    names = MPI.COMM_WORLD.allgather(socket.gethostname())
     return len(set(names))
 
 

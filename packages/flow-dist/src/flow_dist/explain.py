@@ -3,7 +3,7 @@ candidate signature with the conversions it would need and their cost, or why it
 
 from __future__ import annotations
 
-from flow_dist.global_array import GlobalTensorError
+from flow_dist.errors import GlobalTensorError
 from flow_dist.sbp import short
 
 __all__ = ["no_signature", "NoSignatureError"]

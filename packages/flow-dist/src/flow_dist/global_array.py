@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow.errors import FlowError
-from flow_dist import env
+from flow_dist import boxing, env
+from flow_dist.convert import convert
+from flow_dist.errors import GlobalTensorError
 from flow_dist.layout import local_shape, local_slice
 from flow_dist.placement import Placement
 from flow_dist.sbp import Broadcast, PartialSum, broadcast, short
 
 __all__ = ["GlobalArray", "GlobalTensorError"]
-
-
-class GlobalTensorError(FlowError):
-    """A global tensor used in a way it cannot be (mixed placements, a rank outside its placement)."""
 
 
 class GlobalArray:
@@ -69,9 +66,7 @@ class GlobalArray:
 
     # -- the array protocol of flow.array_kinds -----------------------------------------------
     def __array__(self, dtype=None, copy=None):
-        from flow_dist.boxing import box
-
-        whole = np.asarray(box(self, tuple(broadcast for _ in self.sbp)).local)
+        whole = np.asarray(boxing.box(self, tuple(broadcast for _ in self.sbp)).local)
         return whole if dtype is None else whole.astype(dtype)
 
     def repr_extras(self) -> list:
@@ -102,9 +97,7 @@ class GlobalArray:
         broadcast parameter's partial gradient is all-reduced here, once, when it is accumulated."""
         d = g._data
         if d.__class__ is GlobalArray and (d.sbp != self.sbp or d.placement != self.placement):
-            from flow_dist.api import to_global
-
-            return to_global(g, self.placement, self.sbp)
+            return convert(g, self.sbp, self.placement)
         return g
 
     def __setitem__(self, key, value) -> None:
@@ -113,17 +106,13 @@ class GlobalArray:
                 "a global tensor's data can only be assigned whole (a[...] = b); index through tensor ops instead"
             )
         if isinstance(value, GlobalArray):
-            from flow_dist.boxing import box
-
-            self.local[...] = box(value, self.sbp, self.placement).local
+            self.local[...] = boxing.box(value, self.sbp, self.placement).local
         else:
             self.local[...] = self.piece_of(value)
 
     def __iadd__(self, other):
         if isinstance(other, GlobalArray):
-            from flow_dist.boxing import box
-
-            self.local += box(other, self.sbp, self.placement).local
+            self.local += boxing.box(other, self.sbp, self.placement).local
         else:
             self.local += self.piece_of(other)
         return self

@@ -23,8 +23,9 @@ import numpy as np
 
 from flow import array_kinds, interceptors
 from flow_dist import boxing
+from flow_dist.errors import GlobalTensorError
 from flow_dist.explain import no_signature
-from flow_dist.global_array import GlobalArray, GlobalTensorError
+from flow_dist.global_array import GlobalArray
 from flow_dist.layout import local_shape, local_slice
 from flow_dist.rules import RuleContext, Sig, as_sig, rule_for
 from flow_dist.sbp import Split, broadcast

@@ -15,7 +15,8 @@ from typing import Sequence
 import numpy as np
 
 from flow_dist import env
-from flow_dist.comm.backend import Backend, Work, get_backend, register_backend
+from flow_dist.comm.backend import get_backend, register_backend
+from flow_dist.comm.base import Backend, Work
 from flow_dist.comm.errors import CommError, CommTimeoutError
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow_dist.comm.backend import REDUCE_OPS, Backend, Work
+from flow_dist.comm.base import REDUCE_OPS, Backend, Work
 from flow_dist.comm.errors import CommError
 
 __all__ = ["LocalBackend"]

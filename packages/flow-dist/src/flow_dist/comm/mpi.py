@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from flow_dist.comm.backend import REDUCE_OPS, Backend, Work
+from flow_dist.comm.base import REDUCE_OPS, Backend, Work
 from flow_dist.comm.errors import CommError, CommTimeoutError
 
 __all__ = ["MPIBackend", "world_communicator", "timeout", "checking"]

@@ -10,7 +10,7 @@ added once per rank, so not with numbers), ``P * B -> P`` and ``B * P -> P``, ``
 
 from __future__ import annotations
 
-from flow_dist.rules import B, P, RuleContext, S, Sig
+from flow_dist.rules.base import B, P, RuleContext, S, Sig
 
 # how partial sums pass through: "all" (every tensor P), "one" (any one P, the rest B), "first"
 PARTIAL = {

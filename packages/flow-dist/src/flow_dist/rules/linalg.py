@@ -13,7 +13,7 @@ in the output when kept and gives partial sums when summed over.
 
 from __future__ import annotations
 
-from flow_dist.rules import B, P, RuleContext, S, Sig
+from flow_dist.rules.base import B, P, RuleContext, S, Sig
 
 
 def matmul(ctx: RuleContext) -> list:

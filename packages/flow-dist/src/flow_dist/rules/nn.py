@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from flow_dist.rules import B, P, RuleContext, S, Sig, same_layout
+from flow_dist.rules.base import B, P, RuleContext, S, Sig, same_layout
 
 
 def _sized(name: str, out: int = 0):

@@ -10,7 +10,7 @@ which must be whole: any other split passes through.
 
 from __future__ import annotations
 
-from flow_dist.rules import B, P, RuleContext, S, Sig, _dims
+from flow_dist.rules.base import B, P, RuleContext, S, Sig, _dims
 
 
 def _reduce(ctx: RuleContext, linear: bool, mean: bool = False) -> list:

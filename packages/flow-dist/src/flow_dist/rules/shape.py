@@ -10,7 +10,7 @@ them are linear, so partial sums pass through (a pad only with zeros).
 
 from __future__ import annotations
 
-from flow_dist.rules import B, P, RuleContext, S, Sig, same_layout
+from flow_dist.rules.base import B, P, RuleContext, S, Sig, same_layout
 
 
 def _local_shape(attrs, in_shapes, out_shapes):

@@ -9,7 +9,7 @@ The learning rate and step count are local 0-d tensors, the same on every rank.
 
 from __future__ import annotations
 
-from flow_dist.rules import RuleContext, Sig
+from flow_dist.rules.base import RuleContext, Sig
 
 
 def update(ctx: RuleContext) -> list:
