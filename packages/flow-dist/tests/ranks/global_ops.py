@@ -150,5 +150,53 @@ raises(GlobalTensorError, "a local tensor", lambda: g + flow.ones(5, 3))
 if n > 1:
     other = flow.placement("cpu", list(reversed(range(n))))
     raises(GlobalTensorError, "different placements", lambda: g + flow.ones(5, 3, placement=other, sbp=B))
+# -- an op without an SBP rule runs on broadcast inputs, warning once; no fitting signature explains --
+from flow.plugins import hookimpl  # noqa: E402
+from flow.registry import schema  # noqa: E402
+
+
+class RulelessOps:
+    @hookimpl
+    def flow_register_ops(self, registry):
+        registry.register_op(
+            schema("test_cumulative_max", ["x"]),
+            meta=lambda x: flow.ops.meta.TensorMeta(x.shape, x.dtype, x.device),
+            no_error_samples="test op",
+        )
+        registry.register_op(
+            schema("test_split_only", ["x"]),
+            meta=lambda x: flow.ops.meta.TensorMeta(x.shape, x.dtype, x.device),
+            no_error_samples="test op",
+        )
+
+    @hookimpl
+    def flow_register_kernels(self, registry):
+        registry.register_kernel("test_cumulative_max", "cpu", lambda x: np.maximum.accumulate(x, axis=0))
+        registry.register_kernel("test_split_only", "cpu", lambda x: x * 2)
+
+    @hookimpl
+    def flow_register_rules(self, registry):
+        # a rule (with strings, as an op package writes it) whose only signature needs a dim 5
+        registry.register_rule("sbp", "test_split_only", lambda ctx: [(("S(5)",), ("S(5)",))])
+
+
+flow.plugins.register(RulelessOps(), name="tests.ruleless")
+whole = np.arange(12.0).reshape(6, 2)[::-1].copy()
+xg = flow.tensor(whole).to_global(P, B).to_global(sbp=S0)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = flow.ops.call("test_cumulative_max", xg)
+    flow.ops.call("test_cumulative_max", xg)
+msgs = [str(w.message) for w in caught if "test_cumulative_max" in str(w.message)]
+assert len(msgs) == 1 and "has no SBP rule" in msgs[0], msgs  # once per op
+assert y.sbp == (B,)
+np.testing.assert_array_equal(y.numpy(), np.maximum.accumulate(whole, axis=0))
+from flow_dist.explain import NoSignatureError  # noqa: E402
+
+raises(NoSignatureError, "no SBP signature fits", lambda: flow.ops.call("test_split_only", xg))
+try:
+    flow.ops.call("test_split_only", xg)
+except NoSignatureError as e:
+    assert "(S(0))" in str(e) and "(S(5)) -> (S(5)): cannot run: input 0 has no dim 5 to split" in str(e), str(e)
 if rank == 0:
     print("global ops ok", flush=True)
