@@ -73,6 +73,17 @@ def test_verify_catches_a_wrong_dtype_and_a_wrong_shape_naming_the_node():
     ir.verify(metas=False)  # the structural checks alone
 
 
+def test_verify_catches_a_wrong_device():
+    ir = _ir(lambda x: flow.exp(x) * 2.0, _x(3))
+    e = next(n for n in ir.nodes if n.name == "exp")
+    good = e.outputs[0].device
+    e.outputs[0].device = flow.device("meta")
+    with pytest.raises(FlowError, match=rf"node {e.id} \(exp\).*recorded on device meta, its meta rule gives cpu"):
+        ir.verify()
+    e.outputs[0].device = good
+    ir.verify()
+
+
 def test_verify_reports_a_meta_rule_that_rejects_the_rewritten_inputs():
     ir = _ir(lambda x, y: flow.matmul(x, y), _x(2, 3), _x(3, 4))
     ir.inputs[1].shape = (5, 4)

@@ -4,8 +4,9 @@ Every node's outputs got their shapes and dtypes from its op's meta rule when it
 that changes what a node reads (flow-amp's AMP pass casting inputs to float16, a pass changing a
 shape) calls :func:`infer_metas` to propagate the consequences through the rest of the graph;
 :func:`check_metas` (run by ``GraphIR.verify`` after every pass) fails when a node's recorded outputs
-no longer match what its meta rule says. Results are remembered per node (its inputs' and outputs'
-metas and its attributes), so the check re-runs only the rules of nodes a pass touched.
+no longer match what its meta rule says (shape, dtype or device). Results are remembered per node
+(its inputs' and outputs' metas and its attributes), so the check re-runs only the rules of nodes a
+pass touched.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def node_metas(node) -> tuple:
 def _key(node) -> tuple:
     ins = tuple((v.id, v.shape, v.dtype, v.device) for v in node.input_values())
     lits = tuple(id(a) for a in node.inputs if a.__class__ is Lit)
-    outs = tuple((o.shape, o.dtype) for o in node.outputs)
+    outs = tuple((o.shape, o.dtype, o.device) for o in node.outputs)
     return ins, lits, outs, id(node.attrs), len(node.attrs)
 
 
@@ -71,6 +72,12 @@ def check_metas(ir) -> None:
                     f"graph IR: {_where(n)}: output {k} (%{o.id}) is recorded as {o.type_str()}, "
                     f"its meta rule gives {Value(-1, m.shape, m.dtype, m.device, 'node').type_str()}; "
                     "a pass that changes dtypes or shapes must call ir.infer_metas()"
+                )
+            md = getattr(m, "device", None)
+            if md is not None and o.device is not None and str(o.device) != str(md):
+                raise FlowError(
+                    f"graph IR: {_where(n)}: output {k} (%{o.id}) is recorded on device {o.device}, "
+                    f"its meta rule gives {md}; a pass that moves values must call ir.infer_metas()"
                 )
         n._meta_key = key
 
