@@ -245,12 +245,7 @@ def _globalize(flow, args, sig, placement, rng, want_grad):
 
 
 def _grads(flow, args, outs, seeds):
-    leaves = []
-    for a in args:
-        if isinstance(a, flow.Tensor) or a is None:
-            leaves.append(a)
-        elif isinstance(a, (list, tuple)) and a and all(isinstance(x, flow.Tensor) for x in a):
-            leaves.extend(a)
+    leaves = _flat_tensors(args)
     pairs = [(o, g) for o, g in zip(outs, seeds) if o is not None and g is not None and o.requires_grad]
     if not pairs:
         return [None] * len(leaves)

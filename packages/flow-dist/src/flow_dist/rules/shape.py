@@ -10,6 +10,8 @@ them are linear, so partial sums pass through (a pad only with zeros).
 
 from __future__ import annotations
 
+import math
+
 from flow_dist.rules.base import B, P, RuleContext, S, Sig, same_layout
 
 
@@ -41,21 +43,14 @@ def expand(ctx: RuleContext) -> list:
     return sigs
 
 
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
 def reshape(ctx: RuleContext) -> list:
     ins, out = tuple(ctx.shapes[0]), tuple(ctx.out_shapes[0])
     n = ctx.axis_size
     sigs = [Sig((B,), (B,)), Sig((P,), (P,), local_attrs=_local_shape)]
     for d in range(len(ins)):
-        before = _prod(ins[:d])
+        before = math.prod(ins[:d])
         for e in range(len(out)):
-            if _prod(out[:e]) != before:
+            if math.prod(out[:e]) != before:
                 continue
             li, lo = ins[d], out[e]
             if li == 0 or lo == 0:
