@@ -19,32 +19,15 @@ except ImportError:
     pytest.skip("needs flow-dist with MPI (pip install flow-dist[mpi])", allow_module_level=True)
 
 
+def flow_train(out, *extra):
+    """flow-train on the digits' LeNet for a few steps."""
+    flags = "--dataset digits --epochs 1 --max-steps 12 --log-every 1 --no-progress".split()
+    cmd = [sys.executable, "-m", "flow_models.train", "lenet", *flags, "--output", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
 def train(out, *extra):
-    cmd = [
-        sys.executable,
-        "-m",
-        "flow_models.train",
-        "lenet",
-        "--dataset",
-        "digits",
-        "--epochs",
-        "1",
-        "--max-steps",
-        "12",
-        "--batch-size",
-        "32",
-        "--log-every",
-        "1",
-        "--no-progress",
-        "--output",
-        str(out),
-        "--optimizer",
-        "sgd",
-        "--lr",
-        "0.05",
-        *extra,
-    ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    p = flow_train(out, "--batch-size", "32", "--optimizer", "sgd", "--lr", "0.05", *extra)
     assert p.returncode == 0, p.stdout + p.stderr
     return p, [json.loads(line) for line in open(out / "metrics.jsonl")]
 
@@ -62,21 +45,5 @@ def test_two_processes_train_like_one(tmp_path):
 
 
 def test_bad_combinations_are_refused(tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "flow_models.train",
-        "lenet",
-        "--dataset",
-        "digits",
-        "--batch-size",
-        "33",
-        "--nproc",
-        "2",
-        "--max-steps",
-        "1",
-        "--output",
-        str(tmp_path),
-    ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    p = flow_train(tmp_path, "--batch-size", "33", "--nproc", "2")
     assert p.returncode != 0 and "must be divisible by --nproc 2" in p.stderr + p.stdout
