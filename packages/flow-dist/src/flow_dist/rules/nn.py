@@ -223,6 +223,7 @@ RULES = {
     "avg_pool2d_backward": lambda ctx: batch_or_channel(ctx, partial=True),
     "max_pool2d_backward": lambda ctx: batch_or_channel(ctx, partial=True),
     "max_pool2d_gather": batch_or_channel,
+    "max_unpool2d": lambda ctx: batch_or_channel(ctx, partial=True),
     "one_hot": lambda ctx: same_layout(ctx, partial=False),
     "bernoulli_mask": bernoulli_mask,
 }

@@ -177,6 +177,48 @@ def gather(ctx: RuleContext) -> list:
     return sigs
 
 
+def select_backward(ctx: RuleContext) -> list:
+    """``select_along_dim_backward(grad, index)``: scatters along ``dim``; other dims split on both
+    pass, and it is linear in the gradient."""
+    nd = ctx.ndim(0)
+    if nd == 0:
+        return [Sig((B, B), (B,))]
+    dim = ctx.attr("dim") % nd
+    sigs = [Sig((B, B), (B,)), Sig((P, B), (P,))]
+    for d in range(nd):
+        if d != dim and d < ctx.ndim(1) and ctx.shapes[0][d] == ctx.shapes[1][d]:
+            sigs.append(Sig((S(d), S(d)), (S(d),)))
+    return sigs
+
+
+def scatter(ctx: RuleContext) -> list:
+    """``scatter(input, index, src)`` along ``dim``: a dim other than ``dim`` of the same length in
+    all three splits on all three."""
+    nd = ctx.ndim(0)
+    if nd == 0:
+        return [Sig((B, B, B), (B,))]
+    dim = ctx.attr("dim") % nd
+    sigs = [Sig((B, B, B), (B,))]
+    for d in range(nd):
+        if d != dim and all(len(s) > d and s[d] == ctx.shapes[0][d] for s in ctx.shapes):
+            sigs.append(Sig((S(d), S(d), S(d)), (S(d),)))
+    return sigs
+
+
+def index_add(ctx: RuleContext) -> list:
+    """``index_add(input, index, source)`` along ``dim``: other dims split on input and source
+    (the index whole); linear in input and source together."""
+    nd = ctx.ndim(0)
+    if nd == 0:
+        return [Sig((B, B, B), (B,))]
+    dim = ctx.attr("dim") % nd
+    sigs = [Sig((B, B, B), (B,)), Sig((P, B, P), (P,))]
+    for d in range(nd):
+        if d != dim and ctx.ndim(2) == nd and ctx.shapes[2][d] == ctx.shapes[0][d]:
+            sigs.append(Sig((S(d), B, S(d)), (S(d),)))
+    return sigs
+
+
 RULES = {
     "clone": copy_like,
     "contiguous": copy_like,
@@ -198,4 +240,7 @@ RULES = {
     "index_select": index_select,
     "gather": gather,
     "select_along_dim": gather,
+    "select_along_dim_backward": select_backward,
+    "scatter": scatter,
+    "index_add": index_add,
 }
