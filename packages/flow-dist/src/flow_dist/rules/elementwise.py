@@ -58,4 +58,5 @@ def broadcasting(ctx: RuleContext) -> list:
 def rules(registry) -> dict:
     out = {name: broadcasting for name, op in registry.ops.items() if op.elementwise}
     out["where"] = broadcasting
+    out["binary_cross_entropy"] = broadcasting  # elementwise, no reduction (the functional reduces)
     return out

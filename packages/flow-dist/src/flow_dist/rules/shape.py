@@ -219,6 +219,31 @@ def index_add(ctx: RuleContext) -> list:
     return sigs
 
 
+def _kept_dims(ctx: RuleContext, nd: int) -> list:
+    d1, d2 = ctx.attr("dim1", 0) % nd, ctx.attr("dim2", 1) % nd
+    return [d for d in range(nd) if d not in (d1, d2)]
+
+
+def diagonal(ctx: RuleContext) -> list:
+    """The dims other than ``dim1``/``dim2`` keep their splits (renumbered: they come first); a
+    diagonal is linear."""
+    kept = _kept_dims(ctx, ctx.ndim(0))
+    sigs = [Sig((B,), (B,)), Sig((P,), (P,))]
+    for j, d in enumerate(kept):
+        sigs.append(Sig((S(d),), (S(j),)))
+    return sigs
+
+
+def diagonal_backward(ctx: RuleContext) -> list:
+    """The adjoint: the gradient's leading dims map back to the dims other than ``dim1``/``dim2``;
+    ``shape`` (the input's) is then the local piece's."""
+    kept = _kept_dims(ctx, len(ctx.out_shapes[0]))
+    sigs = [Sig((B,), (B,)), Sig((P,), (P,), local_attrs=_local_shape)]
+    for j, d in enumerate(kept):
+        sigs.append(Sig((S(j),), (S(d),), local_attrs=_local_shape))
+    return sigs
+
+
 RULES = {
     "clone": copy_like,
     "contiguous": copy_like,
@@ -243,4 +268,6 @@ RULES = {
     "select_along_dim_backward": select_backward,
     "scatter": scatter,
     "index_add": index_add,
+    "diagonal": diagonal,
+    "diagonal_backward": diagonal_backward,
 }
