@@ -37,8 +37,11 @@ def test_checkpoints_move_between_world_sizes(tmp_path):
 
 
 def test_a_collective_a_rank_never_joins_times_out():
-    out = run_ranks("timeout.py", 2, env={"FLOW_COMM_TIMEOUT": "1"}).stdout
-    assert "timeout ok" in out
+    # both ranks leave without finalising MPI (the abandoned collective would block it), which
+    # mpiexec may report with a nonzero status: what counts is rank 0's error and its timing
+    p = run_ranks("timeout.py", 2, env={"FLOW_COMM_TIMEOUT": "1"}, check=False)
+    out = p.stdout
+    assert "timeout ok" in out, p.stdout + p.stderr
     took = float(out.split("timeout ok")[1].split()[0])
     assert 0.9 <= took < 5, took
 
