@@ -17,16 +17,11 @@ from flow_dist import boxing, env
 from flow_dist.convert import Arg, convert
 from flow_dist.errors import GlobalTensorError
 from flow_dist.global_array import GlobalArray
-from flow_dist.layout import check_sbp, normalize_sbp
+from flow_dist.layout import check_sbp, contiguous, normalize_sbp
 from flow_dist.placement import Placement
 from flow_dist.sbp import PartialSum, Split, broadcast
 
 __all__ = ["to_global", "to_local", "module_to_global", "global_factory", "global_constant", "local_to_global"]
-
-
-def _contig(a: np.ndarray) -> np.ndarray:
-    """``a`` C-contiguous (``np.ascontiguousarray`` would make a 0-d array 1-d)."""
-    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def _check_placement(placement) -> Placement:
@@ -62,7 +57,7 @@ class _LocalToGlobal(Function):
     @staticmethod
     def forward(ctx, x, placement, nd, shape):
         nd, shape = nd.value, shape.value
-        ga = GlobalArray(_contig(x._data), placement, nd, shape)
+        ga = GlobalArray(contiguous(x._data), placement, nd, shape)
         expect = ga.expected_local_shape()
         if tuple(ga.local.shape) != expect:
             raise GlobalTensorError(
@@ -90,7 +85,7 @@ class _GlobalToLocal(Function):
     @staticmethod
     def backward(ctx, g):
         nd = tuple(broadcast if s.__class__ is PartialSum else s for s in ctx.layout)
-        ga = GlobalArray(_contig(g._data), ctx.placement, nd, ctx.shape)
+        ga = GlobalArray(contiguous(g._data), ctx.placement, nd, ctx.shape)
         return array_kinds.wrap(ga, g.device, dtype=g.dtype)
 
 

@@ -29,16 +29,11 @@ import numpy as np
 from flow_dist import env
 from flow_dist.comm.backend import get_backend
 from flow_dist.errors import GlobalTensorError
-from flow_dist.layout import local_slice, piece_bounds
+from flow_dist.layout import contiguous, local_slice, piece_bounds
 from flow_dist.placement import Placement
 from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast
 
 __all__ = ["box", "cost", "cost_1d"]
-
-
-def _contig(a: np.ndarray) -> np.ndarray:
-    """``a`` C-contiguous (``np.ascontiguousarray`` would make a 0-d array 1-d)."""
-    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def box(x, nd_sbp: tuple, placement: Placement | None = None):
@@ -103,7 +98,7 @@ def _pieces(a: np.ndarray, dim: int, n: int) -> list:
         s, e = piece_bounds(length, n, i)
         idx = [slice(None)] * a.ndim
         idx[dim] = slice(s, e)
-        out.append(_contig(a[tuple(idx)]))
+        out.append(contiguous(a[tuple(idx)]))
     return out
 
 
@@ -113,7 +108,7 @@ def _axis(x, axis: int, to):
     nd = x.sbp[:axis] + (to,) + x.sbp[axis + 1 :]
     if frm == to:
         return x
-    a = _contig(x.local)
+    a = contiguous(x.local)
     n = x.placement.hierarchy[axis]
     i = x.coord[axis]
     fc, tc = frm.__class__, to.__class__
@@ -149,7 +144,7 @@ def _change_placement(x, nd_sbp: tuple, placement: Placement):
     src = x.placement.rank_list[0]
     me = env.get_rank()
     buf = whole.local if x.placement.has(me) else np.empty(x.shape, dtype=x.dtype)
-    buf = world.broadcast(_contig(buf), src=src) if world.size > 1 else buf
+    buf = world.broadcast(contiguous(buf), src=src) if world.size > 1 else buf
     if not placement.has(me):
         raise GlobalTensorError(f"to_global: rank {me} is not in {placement!r}; every rank must be in the placement")
     y = type(x)(buf, placement, tuple(broadcast for _ in nd_sbp), x.shape)

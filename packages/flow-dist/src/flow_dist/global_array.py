@@ -15,7 +15,7 @@ from flow_dist.convert import convert
 from flow_dist.errors import GlobalTensorError
 from flow_dist.layout import local_shape, local_slice
 from flow_dist.placement import Placement
-from flow_dist.sbp import Broadcast, PartialSum, broadcast, short
+from flow_dist.sbp import PartialSum, broadcast, short
 
 __all__ = ["GlobalArray", "GlobalTensorError"]
 
@@ -116,14 +116,6 @@ class GlobalArray:
         else:
             self.local += self.piece_of(other)
         return self
-
-    @property
-    def is_partial(self) -> bool:
-        return any(s.__class__ is PartialSum for s in self.sbp)
-
-    @property
-    def is_broadcast(self) -> bool:
-        return all(s.__class__ is Broadcast for s in self.sbp)
 
     def __repr__(self) -> str:
         return (

@@ -15,7 +15,7 @@ from typing import Sequence
 from flow_dist.placement import Placement
 from flow_dist.sbp import SbpError, Split, sbp, split
 
-__all__ = ["normalize_sbp", "check_sbp", "piece_bounds", "local_slice", "local_shape"]
+__all__ = ["normalize_sbp", "check_sbp", "contiguous", "piece_bounds", "local_slice", "local_shape"]
 
 
 def normalize_sbp(value, placement: Placement) -> tuple:
@@ -50,6 +50,12 @@ def check_sbp(nd_sbp: tuple, ndim: int, what: str = "tensor") -> tuple:
                 s = split(d + ndim)
         out.append(s)
     return tuple(out)
+
+
+def contiguous(a):
+    """``a`` C-contiguous, as a copy only when it is not (``np.ascontiguousarray`` would make a 0-d
+    array 1-d)."""
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def piece_bounds(length: int, n: int, i: int) -> tuple:

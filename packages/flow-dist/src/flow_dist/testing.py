@@ -48,10 +48,9 @@ def _same_everywhere(a: np.ndarray) -> np.ndarray:
     if env.get_world_size() == 1:
         return a
     from flow_dist.comm.backend import get_backend
+    from flow_dist.layout import contiguous
 
-    return np.asarray(get_backend("cpu", None).broadcast(a if a.flags.c_contiguous else a.copy(), src=0)).reshape(
-        a.shape
-    )
+    return np.asarray(get_backend("cpu", None).broadcast(contiguous(a), src=0)).reshape(a.shape)
 
 
 def _lay_out(whole: np.ndarray, s, placement, rng) -> np.ndarray:
