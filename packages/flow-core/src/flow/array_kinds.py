@@ -53,6 +53,8 @@ backward ops too and the gradients of its tensors are tensors of its kind.
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
 from typing import Any, Callable, ContextManager
 
 import numpy as np
@@ -202,6 +204,11 @@ def record(op, inputs: tuple, attrs: dict, outputs, *, around: Callable[[], Cont
         return None
     outs = outputs if isinstance(outputs, tuple) else (outputs,)
     n = Node.record(op, tuple(inputs), attrs, outs)
+    tracing = sys.modules.get("flow.graph.tracer")
+    tr = tracing.active_tracer() if tracing is not None else None
+    if tr is not None and getattr(getattr(around, "func", None), "__self__", None) is not tr:
+        # a handler's call while a graph is traced: the ops its gradient records are backward ops
+        around = _both(around, tr.backward_region)
     if around is not None:
         n.op = GradAround(op, around)
     return n
@@ -217,3 +224,15 @@ def _any_requires_grad(inputs, Tensor) -> bool:
                 if isinstance(t, Tensor) and t._requires_grad:
                     return True
     return False
+
+
+def _both(first, second):
+    if first is None:
+        return second
+
+    @contextmanager
+    def both():
+        with first(), second():
+            yield
+
+    return both

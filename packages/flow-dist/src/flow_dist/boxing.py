@@ -33,7 +33,7 @@ from flow_dist.layout import contiguous, local_slice, piece_bounds
 from flow_dist.placement import Placement
 from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast
 
-__all__ = ["box", "cost", "cost_1d"]
+__all__ = ["box", "convert_axis", "cost", "cost_1d"]
 
 
 def box(x, nd_sbp: tuple, placement: Placement | None = None):
@@ -103,7 +103,27 @@ def _pieces(a: np.ndarray, dim: int, n: int) -> list:
 
 
 def _axis(x, axis: int, to):
-    """Convert one placement axis of ``x`` to ``to`` (no nested split on a later axis)."""
+    """Convert one placement axis of ``x`` to ``to`` (no nested split on a later axis); while a
+    graph is traced (a symbolic piece) as the op :mod:`flow_dist.boxing_op`, which the graph keeps."""
+    if x.sbp[axis] == to:
+        return x
+    if x.local.__class__ is not np.ndarray:
+        return _as_op(x, axis, to)
+    return convert_axis(x, axis, to)
+
+
+def _as_op(x, axis: int, to):
+    from flow import array_kinds, interceptors
+    from flow_dist.boxing_op import OP_NAME
+
+    t = array_kinds.wrap(x.local, x.placement.type)
+    attrs = dict(placement=x.placement, sbp=x.sbp, axis=axis, to=to, shape=x.shape, coord=tuple(x.coord))
+    out = interceptors.run_op(OP_NAME, (t,), attrs)
+    return x.with_local(out._data, x.sbp[:axis] + (to,) + x.sbp[axis + 1 :])
+
+
+def convert_axis(x, axis: int, to):
+    """:func:`_axis` on a piece that is a device array: the collective (or local copy) itself."""
     frm = x.sbp[axis]
     nd = x.sbp[:axis] + (to,) + x.sbp[axis + 1 :]
     if frm == to:
@@ -139,6 +159,11 @@ def _axis(x, axis: int, to):
 
 
 def _change_placement(x, nd_sbp: tuple, placement: Placement):
+    if x.local.__class__ is not np.ndarray:
+        raise GlobalTensorError(
+            f"a compiled graph cannot move a global tensor to another placement ({x.placement!r} -> "
+            f"{placement!r}); convert it before calling the graph"
+        )
     whole = box(x, tuple(broadcast for _ in x.sbp))
     world = get_backend(placement.type, None)
     src = x.placement.rank_list[0]

@@ -92,6 +92,11 @@ class GlobalArray:
     def with_storage(self, array: np.ndarray) -> GlobalArray:
         return self.with_local(array)
 
+    def layout(self) -> dict:
+        """What a compiled graph specialises on besides the piece (see flow.array_kinds); its values
+        of global tensors show these (``print(graph)``)."""
+        return {"placement": self.placement, "sbp": self.sbp}
+
     def grad_for(self, g):
         """A gradient as this (leaf) tensor's ``.grad`` holds it: laid out like the tensor, so a
         broadcast parameter's partial gradient is all-reduced here, once, when it is accumulated."""

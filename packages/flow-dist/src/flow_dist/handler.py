@@ -22,13 +22,14 @@ import warnings
 import numpy as np
 
 from flow import array_kinds, interceptors
+from flow.graph.symbolic import SymbolicArray
 from flow_dist import boxing
 from flow_dist.errors import GlobalTensorError
 from flow_dist.explain import no_signature
 from flow_dist.global_array import GlobalArray
 from flow_dist.layout import local_shape, local_slice
 from flow_dist.rules import RuleContext, Sig, as_sig, rule_for
-from flow_dist.sbp import Split, broadcast
+from flow_dist.sbp import Split, broadcast, partial_sum
 
 __all__ = ["global_handler", "run_with_signature", "implicit_broadcast", "LocalCall", "warned_ops"]
 
@@ -112,20 +113,16 @@ class LocalCall:
         """The slices of the logical tensor in ``slot`` that this rank's piece holds."""
         return local_slice(self._shapes[slot], self.placement, self._nd[slot], self.coord)
 
-    def all_sum(self, value: float, slot: int) -> float:
-        """``value`` summed over the ranks holding different pieces of ``slot``'s tensor (ranks
-        holding copies along a broadcast axis count once)."""
-        from flow_dist.comm.backend import get_backend
-
-        p = self.placement
-        copies = 1
-        for k, s in enumerate(self._nd[slot]):
-            if s.__class__ is not Split:
-                copies *= p.hierarchy[k]
-        if p.size == 1:
+    def all_sum(self, value, slot: int):
+        """``value`` (a 0-d local tensor) summed over the ranks holding different pieces of
+        ``slot``'s tensor (ranks holding copies along a broadcast axis count once): a boxing of
+        the value as a partial sum along the split axes."""
+        nd = tuple(partial_sum if s.__class__ is Split else broadcast for s in self._nd[slot])
+        if all(s is broadcast for s in nd):
             return value
-        total = get_backend(p.type, p.rank_list).all_reduce(np.array([value], dtype=np.float64), op="sum")
-        return float(total[0]) / copies
+        g = GlobalArray(value._data, self.placement, nd, (), self.coord)
+        whole = boxing.box(g, (broadcast,) * len(nd))
+        return array_kinds.wrap(whole.local, value.device, dtype=value.dtype)
 
 
 def _assess(sig, cur, shapes, itemsizes, n, constants, frozen):
@@ -194,8 +191,8 @@ def _handle(op, inputs: tuple, attrs: dict, force):
                     f"{op.name}: global tensors of different placements ({placement!r} and {d.placement!r}); "
                     "convert one with to_global(placement=...) first"
                 )
-        elif getattr(d, "ndim", None) == 0 and isinstance(d, np.ndarray):
-            constants.append(k)
+        elif getattr(d, "ndim", None) == 0:
+            constants.append(k)  # a local 0-d tensor (a learning rate; symbolic while a graph is traced)
         else:
             local.append(k)
     if placement is None:
@@ -324,6 +321,8 @@ def _run(op, inputs, attrs, slots, nd_in, chosen, placement, device, out_metas, 
                 "the op's SBP rule is wrong"
             )
         ga = GlobalArray(o._data, placement, out_nd[j], tuple(m.shape), coord)
+        if o._data.__class__ is SymbolicArray:  # traced: the graph's value shows the layout
+            o._data.value.attrs.update(ga.layout())
         wrapped.append(array_kinds.wrap(ga, device, dtype=o.dtype))
     result = wrapped[0] if single else tuple(wrapped)
     array_kinds.record(

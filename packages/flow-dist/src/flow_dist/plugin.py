@@ -2,6 +2,8 @@
 
 flow's plugin manager imports this module and runs its hooks:
 
+- ``flow_register_ops`` / ``flow_register_kernels``: ``sbp_boxing``, a one-axis conversion as an
+  op, which is how a compiled graph holds boxing (:mod:`flow_dist.boxing_op`);
 - ``flow_register_tables``: the ``"sbp"`` rule table (op name -> rule, see :mod:`flow_dist.rules`),
   which any plugin fills with ``registry.register_rule("sbp", op, rule)`` in its own
   ``flow_register_rules`` (queued until flow-dist loads, so op packages need not depend on it);
@@ -18,6 +20,20 @@ imports it. CuPy (for NCCL) comes with flow-cuda.
 from __future__ import annotations
 
 from flow.plugins import hookimpl
+
+
+@hookimpl
+def flow_register_ops(registry) -> None:
+    from flow_dist import boxing_op
+
+    boxing_op.register(registry)
+
+
+@hookimpl
+def flow_register_kernels(registry) -> None:
+    from flow_dist import boxing_op
+
+    boxing_op.register_kernels(registry)
 
 
 @hookimpl

@@ -40,6 +40,7 @@ class CompiledStep:
         self._feeders = [ir.host_specs[v.id].feed for v in ir.hosts]
         self._effects = [e.fn for e in ir.effects]
         self._outs = ir.outputs
+        self._kinds = ir.meta.get("output_kinds", {})  # leaf index -> the array kind template
         aliasing = set(plan.input_slots) | set(plan.state_slots) | set(plan.const_slots)
         self._copy_out = [isinstance(s, int) and s in aliasing for s in plan.output_slots]
         self.runs = 0
@@ -61,7 +62,8 @@ class CompiledStep:
 
     def wrap(self, outs) -> list:
         res = []
-        for v, a, cp in zip(self._outs, outs, self._copy_out):
+        kinds = self._kinds
+        for i, (v, a, cp) in enumerate(zip(self._outs, outs, self._copy_out)):
             if not hasattr(v, "dtype"):  # a literal leaf
                 res.append(a)
                 continue
@@ -69,6 +71,8 @@ class CompiledStep:
                 a = np.asarray(a)
             if cp:
                 a = a.copy()
+            if kinds and i in kinds:  # the storage of a tensor of an array kind
+                a = kinds[i].with_storage(a)
             res.append(Tensor._make(a, v.dtype, v.device))
         return res
 
@@ -118,7 +122,17 @@ def compile_step(
 
 
 def _leaf_sig(t: Tensor):
-    return (tuple(t._data.shape), t.dtype, t.device, t.requires_grad)
+    d = t._data
+    if d.__class__ is np.ndarray:
+        return (tuple(d.shape), t.dtype, t.device, t.requires_grad)
+    # an array kind (a global tensor): its layout is part of the signature
+    layout = getattr(d, "layout", None)
+    extra = tuple(sorted(layout().items())) if layout is not None else ()
+    return (tuple(d.shape), t.dtype, t.device, t.requires_grad, type(d), extra)
+
+
+def _storage(d):
+    return d if d.__class__ is np.ndarray else getattr(d, "storage", d)
 
 
 class Runner:
@@ -189,7 +203,7 @@ class Runner:
         for t in leaves:
             if t._data.__class__.__name__ == "SymbolicArray":
                 raise FlowError(f"graph '{self._name}' was called with a tensor from inside a trace")
-        outs = step.run([t._data for t in leaves])
+        outs = step.run([_storage(t._data) for t in leaves])
         return unflatten(step.ir.out_tree, outs)
 
     def _warn_recompiles(self, key) -> None:

@@ -186,10 +186,12 @@ class Node:
 
     @property
     def has_side_effects(self) -> bool:
-        """Writes a buffer in place or draws random numbers: never merged, folded or reordered freely."""
+        """Writes a buffer in place, draws random numbers or communicates: never merged, folded or
+        reordered freely."""
         return (
             bool(self.inplace)
             or bool(getattr(self.op, "nondeterministic", False))
+            or bool(getattr(self.op, "collective", False))
             or bool(self.tags.get("side_effect"))
         )
 

@@ -148,14 +148,20 @@ class Tracer:
         if prev is not None:
             return prev[2]
         d = t._data
-        if d.__class__ is SymbolicArray:
+        if d.__class__ is SymbolicArray or _storage(d).__class__ is SymbolicArray:
             raise GraphTraceError(f"graph tracing: state tensor '{name}' is already being traced by another graph")
-        _check_plain(d, f"state tensor '{name}'")
-        v = self.ir.add_state(
-            TensorMeta(tuple(d.shape), t.dtype, t.device), StateSpec(name, kind, partial(getattr, t, "_data"), t)
-        )
+        if d.__class__ is np.ndarray or not array_kinds.is_kind_array(d):
+            get = partial(getattr, t, "_data")
+            a = d
+        else:  # an array kind: the graph holds its storage (this process's piece)
+            a = _check_kind(d, f"state tensor '{name}'")
+            get = partial(_storage_of, t)
+        v = self.ir.add_state(TensorMeta(tuple(a.shape), t.dtype, t.device), StateSpec(name, kind, get, t))
+        if a is not d:
+            v.attrs.update(d.layout())
         self._saved[id(t)] = (t, (d, t.grad, t._requires_grad, t.grad_fn, t._version[0]), v)
-        t._data = SymbolicArray(d.shape, d.dtype, v, self)
+        sym = SymbolicArray(a.shape, a.dtype, v, self)
+        t._data = sym if a is d else d.with_storage(sym)
         t.grad = None
         return v
 
@@ -184,9 +190,17 @@ class Tracer:
         finally:
             bwd.pop()
 
+    def backward_region(self):
+        """While the gradient of a call an array kind's handler recorded runs: its ops are backward ops."""
+        return self._backward_of(None)
+
     def value_of(self, x: Tensor) -> Value:
         """The IR value a tensor holds now (a concrete tensor becomes a constant, or a captured state)."""
         d = x._data
+        if d.__class__ is not SymbolicArray and d.__class__ is not np.ndarray and array_kinds.is_kind_array(d):
+            s = _storage(d)
+            if s.__class__ is SymbolicArray:  # a tensor of an array kind made while tracing: its piece
+                d = s
         if d.__class__ is SymbolicArray:
             if d.tracer is not self:
                 raise GraphTraceError(
@@ -260,6 +274,13 @@ class Tracer:
                 "output shape that depends on the input values, which a compiled graph cannot "
                 "have; run it eagerly"
             )
+        for x in inputs:  # another array kind's tensor (a global one): its handler answers first and
+            # runs the op on its pieces, which are symbolic and come back here (the symbolic kind)
+            if x.__class__ is list or x.__class__ is tuple:
+                if any(isinstance(t, Tensor) and _other_kind(t._data) for t in x):
+                    return NotImplemented
+            elif isinstance(x, Tensor) and _other_kind(x._data):
+                return NotImplemented
         args = []
         needs_grad = False
         dev = None
@@ -291,10 +312,13 @@ class Tracer:
         loc = self.user_location()
         if self._bwd:
             fwd = self._bwd[-1]
-            tags = {"phase": "backward", "bwd_of": fwd.id}
-            scope = fwd.scope
-            if fwd.loc is not None:
-                tags["fwd_loc"] = fwd.loc.short()
+            if fwd is None:  # the gradient of a call an array kind's handler recorded
+                tags = {"phase": "backward"}
+            else:
+                tags = {"phase": "backward", "bwd_of": fwd.id}
+                scope = fwd.scope
+                if fwd.loc is not None:
+                    tags["fwd_loc"] = fwd.loc.short()
         if multi:
             tags["multi_output"] = True
         node = self.ir.add_node(op, args, attrs, metas, loc, scope, tags)
@@ -352,6 +376,8 @@ class Tracer:
         ir = self.ir
         for t, _, v0 in self._saved.values():
             d = t._data
+            if d.__class__ is not SymbolicArray and _storage(d).__class__ is SymbolicArray:
+                d = _storage(d)  # an array kind's state: its piece
             if d.__class__ is SymbolicArray:
                 if d.value is not v0:
                     ir.updates.append((v0, d.value))
@@ -371,14 +397,45 @@ class Tracer:
 
 
 def _check_plain(a, what: str) -> None:
-    """A compiled graph runs its kernels on device arrays: the data of an array kind (a global or
-    mirrored tensor, see flow.array_kinds) cannot be an input or a state of one."""
+    """A constant of a compiled graph is a device array: the data of an array kind (a global
+    tensor) can be an input or a state (see :func:`_check_kind`), not a constant."""
     if a.__class__ is not np.ndarray and array_kinds.is_kind_array(a) and a.__class__ is not SymbolicArray:
         raise GraphTraceError(
-            f"graph tracing: {what} is a tensor of array kind {type(a).__name__}; compiled "
-            "graphs run on plain device arrays (array kinds take part in eager mode only), so "
-            "pass plain tensors or run this step eagerly"
+            f"graph tracing: {what} is a tensor of array kind {type(a).__name__}; a compiled graph "
+            "bakes such tensors in as constants, which it cannot do for an array kind: pass it as an "
+            "argument of the step, or make it a parameter or buffer of a module the graph knows"
         )
+
+
+def _storage(d):
+    """An array kind's storage (this process's piece), or ``d`` itself."""
+    if d.__class__ is np.ndarray or d.__class__ is SymbolicArray:
+        return d
+    return getattr(d, "storage", d)
+
+
+def _storage_of(t: Tensor):
+    return t._data.storage
+
+
+def _other_kind(d) -> bool:
+    return d.__class__ is not np.ndarray and d.__class__ is not SymbolicArray and array_kinds.is_kind_array(d)
+
+
+def _check_kind(d, what: str):
+    """The storage of an array-kind input or state of a compiled graph (which runs on it): the kind
+    must give ``storage``, ``with_storage`` and ``layout`` (see flow.array_kinds)."""
+    missing = [k for k in ("storage", "with_storage", "layout") if not hasattr(d, k)]
+    if missing:
+        raise GraphTraceError(
+            f"graph tracing: {what} is a tensor of array kind {type(d).__name__}, which has no "
+            f"{', '.join(missing)}; a compiled graph runs on an array kind's storage and needs all "
+            "three (see flow.array_kinds), so pass plain tensors or run this step eagerly"
+        )
+    a = d.storage
+    if a.__class__ is not np.ndarray and array_kinds.is_kind_array(a):
+        raise GraphTraceError(f"graph tracing: the storage of {what} is itself of array kind {type(a).__name__}")
+    return a
 
 
 def _check_literals(tree) -> None:
@@ -438,9 +495,14 @@ def trace(
         optimizer_binding.bind()  # the optimizers' parameters, states and host values
         sym_leaves = []
         for i, t in enumerate(leaves):
-            _check_plain(t._data, f"input {i}")
-            v = tr.ir.add_input(TensorMeta(tuple(t.shape), t.dtype, t.device), name=f"input{i}")
+            d = t._data
+            kind = d.__class__ is not np.ndarray and array_kinds.is_kind_array(d)
+            a = _check_kind(d, f"input {i}") if kind else d
+            v = tr.ir.add_input(TensorMeta(tuple(a.shape), t.dtype, t.device), name=f"input{i}")
             s = tr.tensor_of(v)
+            if kind:  # the graph's input is the kind's storage; build sees a tensor of the kind
+                v.attrs.update(d.layout())
+                s = array_kinds.wrap(d.with_storage(s._data), t.device, dtype=t.dtype)
             s._requires_grad = t._requires_grad and t.dtype.is_floating_point
             sym_leaves.append(s)
         sargs, skwargs = unflatten(in_tree, sym_leaves)
@@ -451,6 +513,13 @@ def trace(
         tr.ir.out_tree = flatten(out, out_leaves)
         _check_literals(tr.ir.out_tree)
         tr.ir.outputs = [tr.value_of(t) for t in out_leaves]
+        # outputs of an array kind: the graph computes their storage; the kind array made while
+        # tracing is the template the runtime wraps each step's storage in (with_storage)
+        kinds = {i: t._data for i, t in enumerate(out_leaves) if _other_kind(t._data)}
+        if kinds:
+            tr.ir.meta["output_kinds"] = kinds
+            for i, d in kinds.items():
+                tr.ir.outputs[i].attrs.update(d.layout())
         tr.finish_updates()
     tr.ir.meta["in_tree"] = in_tree
     return tr.ir

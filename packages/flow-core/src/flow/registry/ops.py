@@ -322,6 +322,7 @@ class OpDef:
         "doc",
         "samples",
         "nondeterministic",
+        "collective",
         "differentiable_inputs",
         "composite",
         "dynamic_shape",
@@ -340,6 +341,7 @@ class OpDef:
         elementwise: bool = False,
         samples: Callable | None = None,
         nondeterministic: bool = False,
+        collective: bool = False,
         doc: str = "",
         differentiable_inputs: tuple[int, ...] | None = None,
         eager_meta: bool | None = None,
@@ -364,6 +366,10 @@ class OpDef:
         self.elementwise = elementwise
         self.samples = samples
         self.nondeterministic = nondeterministic
+        # Communicates with other processes (flow-dist's boxing): every process of the job must run
+        # these calls in the same order, so a compiled graph never folds, merges, drops or reorders
+        # them among themselves.
+        self.collective = collective
         self.doc = doc
         self.differentiable_inputs = differentiable_inputs
         # Eager calls run the meta rule first, except elementwise ops whose checks

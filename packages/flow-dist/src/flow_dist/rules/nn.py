@@ -36,21 +36,24 @@ def _opt(ctx: RuleContext, k: int, s):
 _TARGET_SLOT = {"cross_entropy": 1, "nll_loss": 1, "cross_entropy_backward": 2, "nll_loss_backward": 1}
 
 
-def _count(call, inputs, attrs, weight_slot: int):
-    """The number of targets (or their total weight) a mean loss divides by, over the whole batch."""
+def _count(call, inputs, attrs, weight_slot: int, like):
+    """The number of targets (or their total weight) a mean loss divides by, over the whole batch:
+    a 0-d tensor of ``like``'s dtype, computed with ops (so that a compiled graph holds it too)."""
+    import flow
+
     slot = _TARGET_SLOT[call.ctx.op.name]
     target = inputs[slot]
     weight = inputs[weight_slot]
-    ignore = attrs.get("ignore_index", -100)
-    t = target.numpy()
     if target.dtype.is_floating_point:  # class probabilities: every sample counts once
-        n = t.size // t.shape[1] if t.ndim > 1 else 1
-        return call.all_sum(float(n), slot=slot)
-    valid = t != ignore
+        n = target.numel() // target.shape[1] if target.ndim > 1 else 1
+        return call.all_sum(flow.full((), float(n), dtype=like.dtype), slot=slot)
+    valid = target != attrs.get("ignore_index", -100)
     if weight is None:
-        return call.all_sum(float(valid.sum()), slot=slot)
-    w = weight.numpy()
-    return call.all_sum(float(w[t[valid]].sum()), slot=slot)
+        local = valid.sum().to(like.dtype)
+    else:
+        picked = weight[flow.where(valid, target, flow.zeros_like(target))]
+        local = (picked * valid.to(picked.dtype)).sum().to(like.dtype)
+    return call.all_sum(local, slot=slot)
 
 
 def _loss_mean(weight_slot: int, backward: bool):
@@ -58,8 +61,7 @@ def _loss_mean(weight_slot: int, backward: bool):
         a = dict(attrs)
         a["reduction"] = "sum"
         out = call.run(call.ctx.op, inputs, a)
-        n = _count(call, inputs, attrs, weight_slot)
-        return call.run("mul", (out, 1.0 / n if n else float("nan")), {})
+        return out / _count(call, inputs, attrs, weight_slot, out)  # 0 / 0: nan, as one process gives
 
     return local
 

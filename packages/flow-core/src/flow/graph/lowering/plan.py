@@ -160,6 +160,12 @@ def dependencies(ir: GraphIR) -> dict[int, set[int]]:
             if prev is not None:
                 deps[n.id].add(prev.id)
             prev = n
+    prev = None  # collectives keep their program order: every process issues them alike
+    for n in ir.nodes:
+        if getattr(n.op, "collective", False):
+            if prev is not None:
+                deps[n.id].add(prev.id)
+            prev = n
     for n in ir.nodes:
         deps[n.id].discard(n.id)
     return deps

@@ -1,0 +1,95 @@
+"""``sbp_boxing``: one placement axis of a conversion as an op, so that a compiled graph holds it.
+
+In eager mode :mod:`flow_dist.boxing` converts local pieces directly. While a graph is traced the
+pieces are symbolic, so each one-axis conversion is called as this op instead: the tracer records
+it as a node (marked ``collective``, so the graph keeps every such node in program order and the
+processes of the job issue their collectives alike), and the compiled step runs its kernel, which
+is the eager conversion itself on the piece.
+
+Attributes: ``placement``, ``sbp`` (the input's SBP, one per placement axis), ``axis`` (the axis
+converted), ``to`` (its new SBP), ``shape`` (the logical shape) and ``coord`` (this process's
+index in the placement). The output is this process's piece of the converted tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from flow.errors import OpError
+from flow.ops.meta import TensorMeta
+from flow.registry import ANY, Attr, schema
+
+OP_NAME = "sbp_boxing"
+
+__all__ = ["OP_NAME", "register", "register_kernels"]
+
+
+def _target(attrs: dict) -> tuple:
+    nd = tuple(attrs["sbp"])
+    axis = attrs["axis"]
+    if not 0 <= axis < len(nd):
+        raise OpError(OP_NAME, f"axis {axis} is not an axis of the SBP {nd}")
+    return nd[:axis] + (attrs["to"],) + nd[axis + 1 :]
+
+
+def _meta(x, placement, sbp, axis, to, shape, coord) -> TensorMeta:
+    from flow_dist.layout import local_shape
+
+    attrs = {"sbp": sbp, "axis": axis, "to": to}
+    have = local_shape(tuple(shape), placement, tuple(sbp), tuple(coord))
+    if tuple(x.shape) != have:
+        raise OpError(
+            OP_NAME, f"the piece has shape {tuple(x.shape)}, but {tuple(sbp)} of {tuple(shape)} gives {have} here"
+        )
+    out = local_shape(tuple(shape), placement, _target(attrs), tuple(coord))
+    return TensorMeta(out, x.dtype, x.device)
+
+
+def _kernel(x: np.ndarray, placement, sbp, axis, to, shape, coord) -> np.ndarray:
+    from flow_dist.boxing import convert_axis
+    from flow_dist.global_array import GlobalArray
+
+    g = GlobalArray(x, placement, tuple(sbp), tuple(shape), tuple(coord))
+    return convert_axis(g, axis, to).local
+
+
+def _samples() -> Iterator:
+    """One process's placement (every test process is rank 0 of its own): each kind of conversion."""
+    import flow
+    from flow_dist.placement import placement
+    from flow_dist.sbp import broadcast, partial_sum, split
+
+    p = placement("cpu", [0])
+    x = flow.tensor(np.arange(6.0).reshape(2, 3))
+    for frm, to in (
+        (broadcast, split(1)),
+        (split(0), broadcast),
+        (partial_sum, broadcast),
+        (split(0), split(1)),
+        (broadcast, partial_sum),
+    ):
+        yield flow.testing.SampleInput(
+            args=(x,), kwargs=dict(placement=p, sbp=(frm,), axis=0, to=to, shape=(2, 3), coord=(0,))
+        )
+
+
+def register(registry) -> None:
+    registry.register_op(
+        schema(
+            OP_NAME,
+            ["x"],
+            [Attr("placement"), Attr("sbp", tuple), Attr("axis", int), Attr("to"), Attr("shape", tuple), Attr("coord", tuple)],
+            dtypes=ANY,
+        ),
+        meta=_meta,
+        samples=_samples,
+        collective=True,
+        no_error_samples="the attributes come from flow-dist's boxing, never from users",
+        doc="one placement axis of an SBP conversion of a global tensor's piece (flow-dist boxing)",
+    )
+
+
+def register_kernels(registry) -> None:
+    registry.register_kernel(OP_NAME, "cpu", _kernel)
