@@ -49,3 +49,8 @@ def test_a_collective_a_rank_never_joins_times_out():
 @pytest.mark.parametrize("n", [2, 4])
 def test_ddp_trains_like_one_process_on_the_whole_batch(n):
     assert "ddp ok" in run_ranks("ddp.py", n, timeout=300).stdout
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_graph_mode_on_global_tensors_trains_like_one_process(n):
+    assert "graph ok" in run_ranks("graph.py", n, timeout=300).stdout

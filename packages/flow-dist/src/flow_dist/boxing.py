@@ -119,7 +119,9 @@ def _as_op(x, axis: int, to):
     t = array_kinds.wrap(x.local, x.placement.type)
     attrs = dict(placement=x.placement, sbp=x.sbp, axis=axis, to=to, shape=x.shape, coord=tuple(x.coord))
     out = interceptors.run_op(OP_NAME, (t,), attrs)
-    return x.with_local(out._data, x.sbp[:axis] + (to,) + x.sbp[axis + 1 :])
+    y = x.with_local(out._data, x.sbp[:axis] + (to,) + x.sbp[axis + 1 :])
+    out._data.value.attrs.update(y.layout())  # the traced value shows its layout
+    return y
 
 
 def convert_axis(x, axis: int, to):

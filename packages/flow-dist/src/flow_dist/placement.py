@@ -154,6 +154,12 @@ class Placement:
 
     __str__ = __repr__
 
+    def __format__(self, spec: str) -> str:
+        # format(p, "ir"): the compact form graph dumps print (flow.graph.debug)
+        if spec == "ir":
+            return f"{self._type}{self._ranks.tolist()}".replace(" ", "")
+        return format(repr(self), spec)
+
     def __reduce__(self):
         return (Placement, (self._type, self._ranks.tolist()))
 

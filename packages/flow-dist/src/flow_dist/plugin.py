@@ -54,7 +54,10 @@ def flow_register_rules(registry) -> None:
 
 @hookimpl
 def flow_register_api(registry) -> None:
+    import os
+
     from flow import array_kinds
+    from flow.graph.tracer import register_library_dir
     from flow_dist import api, checkpoint, comm, env, sbp
     from flow_dist.ddp import DistributedDataParallel
     from flow_dist.global_array import GlobalArray
@@ -73,6 +76,7 @@ def flow_register_api(registry) -> None:
     registry.register_api("global_load", checkpoint.global_load)
     registry.register_api("nn.parallel.DistributedDataParallel", DistributedDataParallel)
     array_kinds.register_array_kind(GlobalArray, global_handler)
+    register_library_dir(os.path.dirname(os.path.abspath(__file__)))  # graph nodes name the user's lines
     if env.get_world_size() > 1:
         # under mpiexec: initialise MPI now; `python -m mpi4py` aborts the whole job on an uncaught
         # exception only once MPI is imported, and flow imports it at the first communication

@@ -35,6 +35,10 @@ class sbp:
     def is_partial(self) -> bool:
         return False
 
+    def __format__(self, spec: str) -> str:
+        # format(s, "ir"): the compact form graph dumps print (flow.graph.debug)
+        return short(self) if spec == "ir" else format(repr(self), spec)
+
 
 class Split(sbp):
     __slots__ = ("dim",)

@@ -21,15 +21,26 @@ def _arg(a) -> str:
 
 
 def _attr(v) -> str:
-    s = repr(v)
+    s = _short(v)
     return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _short(x) -> str:
+    """An attribute's compact form: ``format(x, "ir")`` where its class gives one (flow-dist's
+    placements and SBPs), each element of a tuple alike, else its repr."""
+    if x.__class__ is tuple:
+        return "(" + ", ".join(_short(e) for e in x) + ")"
+    try:
+        return format(x, "ir")
+    except (TypeError, ValueError):
+        return repr(x)
 
 
 def _vattrs(v: Value) -> str:
     """A value's per-value attributes (SBP, AMP dtype, ...) as `` {k=v, ...}``, or nothing."""
     if not v.attrs:
         return ""
-    return " {" + ", ".join(f"{k}={_attr(x)}" for k, x in v.attrs.items()) + "}"
+    return " {" + ", ".join(f"{k}={_short(x)}" for k, x in v.attrs.items()) + "}"
 
 
 def format_ir(ir: GraphIR, max_nodes: int | None = None) -> str:

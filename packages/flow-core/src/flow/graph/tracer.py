@@ -43,6 +43,18 @@ from flow.interceptors import intercept
 from flow.ops.meta import TensorMeta
 
 _FLOW_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # flow's own folder
+# folders whose frames are not the user's code when a node's source line is looked for: flow's and
+# those of plugins that run ops for the user (flow-dist's handler), see register_library_dir
+_LIBRARY_DIRS: tuple = (_FLOW_DIR,)
+
+
+def register_library_dir(path: str) -> None:
+    """Treat code under ``path`` (a plugin's package folder) like flow's own when the tracer looks
+    for the user's line of a node (``print(graph)``, error messages)."""
+    global _LIBRARY_DIRS
+    d = os.path.abspath(path).rstrip(os.sep) + os.sep
+    if d not in _LIBRARY_DIRS:
+        _LIBRARY_DIRS = _LIBRARY_DIRS + (d,)
 
 
 class _Tracing(threading.local):
@@ -239,7 +251,7 @@ class Tracer:
                 if inner is None:
                     return SourceLoc(code.co_filename, f.f_lineno, code.co_name)
                 return SourceLoc(code.co_filename, f.f_lineno, code.co_name, *inner)
-            if inner is None and not code.co_filename.startswith(_FLOW_DIR):
+            if inner is None and not code.co_filename.startswith(_LIBRARY_DIRS):
                 inner = (code.co_filename, f.f_lineno, code.co_name)
             f = f.f_back
         return SourceLoc(*inner) if inner is not None else None
