@@ -3,7 +3,9 @@
 flow's plugin manager imports this module and runs its hooks:
 
 - ``flow_register_ops`` / ``flow_register_kernels``: ``sbp_boxing``, a one-axis conversion as an
-  op, which is how a compiled graph holds boxing (:mod:`flow_dist.boxing_op`);
+  op, which is how a compiled graph holds boxing (:mod:`flow_dist.boxing_op`), and the two ops of
+  gradient buckets (:mod:`flow_dist.grad_buckets`);
+- ``flow_register_passes``: the ``gradient_buckets`` graph pass;
 - ``flow_register_tables``: the ``"sbp"`` rule table (op name -> rule, see :mod:`flow_dist.rules`),
   which any plugin fills with ``registry.register_rule("sbp", op, rule)`` in its own
   ``flow_register_rules`` (queued until flow-dist loads, so op packages need not depend on it);
@@ -24,16 +26,25 @@ from flow.plugins import hookimpl
 
 @hookimpl
 def flow_register_ops(registry) -> None:
-    from flow_dist import boxing_op
+    from flow_dist import boxing_op, grad_buckets
 
     boxing_op.register(registry)
+    grad_buckets.register(registry)
 
 
 @hookimpl
 def flow_register_kernels(registry) -> None:
-    from flow_dist import boxing_op
+    from flow_dist import boxing_op, grad_buckets
 
     boxing_op.register_kernels(registry)
+    grad_buckets.register_kernels(registry)
+
+
+@hookimpl
+def flow_register_passes(registry) -> None:
+    from flow_dist import grad_buckets
+
+    grad_buckets.register_pass(registry)
 
 
 @hookimpl

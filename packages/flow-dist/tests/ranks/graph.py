@@ -28,7 +28,7 @@ nn, F = flow.nn, flow.nn.functional
 rng = np.random.default_rng(0)
 
 
-def train(make, batches, loss_fn, make_opt, glob, steps=3):
+def train(make, batches, loss_fn, make_opt, glob, steps=3, config=None):
     flow.manual_seed(0)
     m = make()
     if glob:
@@ -47,6 +47,8 @@ def train(make, batches, loss_fn, make_opt, glob, steps=3):
             return loss
 
     step = Step()
+    if config is not None:
+        config(step.config)
     losses = []
     for s in range(steps):
         inputs, target = batches(s)
@@ -89,15 +91,33 @@ for name, make_opt in [
     got, graph = train(mlp, mlp_batches, F.cross_entropy, make_opt, True)
     same(ref, got, f"mlp {name}")
     assert graph.compiles == 1, graph.compiles
+    if name == "sgd":
+        ref_sgd = ref
 
 # the graph's values carry their layout; the conversions are collective nodes
 text = str(graph.ir)
-want = "{placement=cpu" + str(list(range(n))).replace(" ", "") + ", sbp=(S(0))} = input input0"
+want = "{placement=cpu" + str(list(range(n))).replace(" ", "") + ", sbp=(S(0),)} = input input0"
 assert want in text, text
 counts = graph.ir.op_counts()
-# one all-reduce per parameter gradient (6) and one per count of targets (forward and backward)
-assert counts.get("sbp_boxing") == 8, counts
+# the count of targets is all-reduced in forward and backward; the 6 gradients in one bucket
+assert counts.get("sbp_boxing") == 2, counts
+assert counts.get("sbp_all_reduce_start") == 1 and counts.get("sbp_all_reduce_wait") == 1, counts
 assert all(nd.attrs["sbp"] == (flow.sbp.partial_sum,) for nd in graph.ir.nodes if nd.name == "sbp_boxing")
+
+# gradient buckets: smaller buckets start during backward; without the pass, one all-reduce each
+sgd = lambda p: flow.optim.SGD(p, lr=0.1, momentum=0.9)  # noqa: E731
+small, graph = train(
+    mlp, mlp_batches, F.cross_entropy, sgd, True, config=lambda c: c.set_option("gradient_buckets.bucket_size_mb", 1)
+)
+same(ref_sgd, small, "mlp, 1 MB buckets")
+starts = [i for i, nd in enumerate(graph.ir.nodes) if nd.name == "sbp_all_reduce_start"]
+# a bucket closes once it holds 1 MB: [fc3.weight, fc3.bias, fc2.weight], [fc2.bias, fc1.weight], [fc1.bias]
+assert len(starts) == 3, graph.ir.op_counts()
+backward = [i for i, nd in enumerate(graph.ir.nodes) if nd.tags.get("phase") == "backward" and nd.name == "matmul"]
+assert starts[0] < backward[-1], (starts, backward)  # the first bucket is in flight during backward
+off, graph = train(mlp, mlp_batches, F.cross_entropy, sgd, True, config=lambda c: c.disable_pass("gradient_buckets"))
+same(ref_sgd, off, "mlp, no buckets")
+assert graph.ir.op_counts().get("sbp_boxing") == 8 and "sbp_all_reduce_start" not in graph.ir.op_counts()
 
 IDX = rng.integers(0, 64, (3, 2 * n, 16))
 TGT = rng.integers(0, 64, (3, 2 * n * 16))

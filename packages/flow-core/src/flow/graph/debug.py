@@ -29,7 +29,7 @@ def _short(x) -> str:
     """An attribute's compact form: ``format(x, "ir")`` where its class gives one (flow-dist's
     placements and SBPs), each element of a tuple alike, else its repr."""
     if x.__class__ is tuple:
-        return "(" + ", ".join(_short(e) for e in x) + ")"
+        return "(" + ", ".join(_short(e) for e in x) + ("," if len(x) == 1 else "") + ")"
     try:
         return format(x, "ir")
     except (TypeError, ValueError):

@@ -288,11 +288,11 @@ class Tracer:
             )
         for x in inputs:  # another array kind's tensor (a global one): its handler answers first and
             # runs the op on its pieces, which are symbolic and come back here (the symbolic kind)
-            if x.__class__ is list or x.__class__ is tuple:
-                if any(isinstance(t, Tensor) and _other_kind(t._data) for t in x):
+            for t in x if x.__class__ is list or x.__class__ is tuple else (x,):
+                if isinstance(t, Tensor) and _other_kind(t._data):
+                    if not _traceable(t._data):  # captured by build: it would be a constant
+                        _check_plain(t._data, "a tensor captured by build (a constant of the graph)")
                     return NotImplemented
-            elif isinstance(x, Tensor) and _other_kind(x._data):
-                return NotImplemented
         args = []
         needs_grad = False
         dev = None
@@ -432,6 +432,10 @@ def _storage_of(t: Tensor):
 
 def _other_kind(d) -> bool:
     return d.__class__ is not np.ndarray and d.__class__ is not SymbolicArray and array_kinds.is_kind_array(d)
+
+
+def _traceable(d) -> bool:
+    return hasattr(d, "storage") and hasattr(d, "with_storage") and hasattr(d, "layout")
 
 
 def _check_kind(d, what: str):
