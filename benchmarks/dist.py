@@ -1,4 +1,5 @@
-"""Data-parallel training throughput: flow DDP vs PyTorch DDP (gloo), at 1 and 2 ranks.
+"""Data-parallel training throughput: flow DDP, flow graph mode on global tensors and PyTorch DDP
+(gloo), at 1 and 2 ranks.
 
     python benchmarks/dist.py                 # MLP and GPT, 3 rounds
     python benchmarks/dist.py --quick         # fewer steps, 1 round (a smoke test)
@@ -15,6 +16,10 @@ per-rank size (weak scaling: 2 ranks process twice the samples per step), so
 - hidden share (flow): 1 - (time backward waits for the all-reduces at its end) / (time the same
   all-reduces take when run alone after the step), the part of the communication that overlapped
   the rest of backward.
+
+"flow-graph" is the same training as flow's data parallelism with global tensors compiled by
+``nn.Graph``: parameters broadcast, each rank's batch the piece of a batch split on dim 0, the
+optimizer inside the step, the gradients' all-reduces in buckets (the ``gradient_buckets`` pass).
 
 The models are the ones of models.py (benchmark MLP, GPT with dropout 0.1), SGD / AdamW as there.
 On a 2-core machine two ranks take both cores: the 1-rank run leaves one idle, so efficiency
@@ -34,6 +39,7 @@ import _common as C
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ("mlp", "gpt")
+FRAMEWORKS = ("flow", "flow-graph", "torch")
 STEPS = {"mlp": (5, 30), "gpt": (2, 8)}  # (warmup, timed)
 QUICK = {"mlp": (1, 4), "gpt": (1, 2)}
 
@@ -47,7 +53,7 @@ def _mpiexec() -> str:
 def worker(framework: str, model: str, warmup: int, steps: int) -> None:
     rank = int(os.environ.get("PMI_RANK", 0))
     world = int(os.environ.get("PMI_SIZE", 1))
-    fw = C.setup(framework, 1)
+    fw = C.setup("flow" if framework == "flow-graph" else framework, 1)
     from models import make_batch, make_workload
 
     if framework == "torch":
@@ -62,7 +68,7 @@ def worker(framework: str, model: str, warmup: int, steps: int) -> None:
     fw.manual_seed(0)
     batch = make_batch(model, seed=rank)  # each rank its own samples
     m, opt, _ = make_workload(fw, model, batch)
-    ddp = wrap(m)  # (opt holds m's parameters, which DDP keeps in place)
+    ddp = m if framework == "flow-graph" else wrap(m)  # (opt holds m's parameters, which DDP keeps in place)
     t = fw.from_numpy
     if model == "mlp":
         inputs, target = (t(batch["x"]),), t(batch["y"])
@@ -73,6 +79,8 @@ def worker(framework: str, model: str, warmup: int, steps: int) -> None:
         def loss_fn(logits, y):
             return fw.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y)
 
+    if framework == "flow-graph":
+        step = _graph_step(fw, m, opt, inputs, target, loss_fn)
     waited = [0.0]
     if framework == "flow" and world > 1:
         finish = ddp._finish
@@ -84,12 +92,15 @@ def worker(framework: str, model: str, warmup: int, steps: int) -> None:
 
         ddp._finish = timed_finish
 
-    def step():
+    def ddp_step():
         opt.zero_grad()
         loss = loss_fn(ddp(*inputs), target)
         loss.backward()
         opt.step()
         return loss
+
+    if framework != "flow-graph":
+        step = ddp_step
 
     for _ in range(warmup):
         step()
@@ -120,6 +131,29 @@ def worker(framework: str, model: str, warmup: int, steps: int) -> None:
         dist.destroy_process_group()
     if rank == 0:
         print("RESULT " + json.dumps(out), flush=True)
+
+
+def _graph_step(fw, m, opt, inputs, target, loss_fn):
+    """The step as an nn.Graph on global tensors: each rank's batch is its piece of a split batch."""
+    p = fw.placement.all("cpu")
+    B, S0 = fw.sbp.broadcast, fw.sbp.split(0)
+    m.to_global(p, B)  # rank 0's initial weights (every rank seeded alike)
+    ins = tuple(x.to_global(p, S0 if x.ndim > 1 else B) for x in inputs)  # (GPT positions: whole)
+    tgt = target.to_global(p, S0)
+
+    class Step(fw.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+            self.add_optimizer(opt)
+
+        def build(self, inputs, target):
+            loss = loss_fn(self.m(*inputs), target)
+            loss.backward()
+            return loss
+
+    g = Step()
+    return lambda: g(ins, tgt)
 
 
 # -- the side-by-side run ----------------------------------------------------------------------
@@ -171,7 +205,7 @@ def main() -> None:
         w, s = (QUICK if a.quick else STEPS)[model]
         per: dict = {}
         for r in range(rounds):
-            order = ("flow", "torch") if r % 2 == 0 else ("torch", "flow")
+            order = FRAMEWORKS if r % 2 == 0 else tuple(reversed(FRAMEWORKS))
             for fw in order:
                 for ranks in (1, 2):
                     port += 1
@@ -195,10 +229,12 @@ def main() -> None:
                 "samples_per_s": ranks * d["batch"] / med,
                 "hidden_share": C.median(d["hidden"]) if d["hidden"] else None,
             }
-        for fw in ("flow", "torch"):
+        for fw in FRAMEWORKS:
             row[f"{fw}_scaling"] = row[f"{fw}_x2"]["samples_per_s"] / (2 * row[f"{fw}_x1"]["samples_per_s"])
         for ranks in (1, 2):
-            row[f"ratio_x{ranks}"] = row[f"flow_x{ranks}"]["samples_per_s"] / row[f"torch_x{ranks}"]["samples_per_s"]
+            torch_rate = row[f"torch_x{ranks}"]["samples_per_s"]
+            row[f"ratio_x{ranks}"] = row[f"flow_x{ranks}"]["samples_per_s"] / torch_rate
+            row[f"graph_ratio_x{ranks}"] = row[f"flow-graph_x{ranks}"]["samples_per_s"] / torch_rate
         report["results"].append(row)
     report["load_after"] = os.getloadavg()
     print_table(report)
@@ -214,21 +250,24 @@ def print_table(report: dict) -> None:
         f"before, {report['load_after'][0]:.2f} after"
     )
     print(
-        f"{'model':<6}{'ranks':>6}{'flow samples/s':>16}{'torch samples/s':>17}{'flow/torch':>12}"
-        f"{'flow step ms (range)':>24}{'torch step ms (range)':>24}{'hidden':>8}"
+        f"{'model':<6}{'ranks':>6}{'flow ddp/s':>12}{'flow graph/s':>14}{'torch/s':>10}{'ddp/torch':>11}"
+        f"{'graph/torch':>13}{'flow ddp ms':>22}{'flow graph ms':>22}{'torch ms':>22}{'hidden':>8}"
     )
+
+    def ms(d):
+        return f"{d['step_ms']:.1f} ({d['step_ms_range'][0]:.1f}-{d['step_ms_range'][1]:.1f})"
+
     for row in report["results"]:
         for ranks in (1, 2):
-            f, t = row[f"flow_x{ranks}"], row[f"torch_x{ranks}"]
+            f, g, t = row[f"flow_x{ranks}"], row[f"flow-graph_x{ranks}"], row[f"torch_x{ranks}"]
             hid = "-" if f["hidden_share"] is None else f"{f['hidden_share'] * 100:.0f}%"
-            fr = f"{f['step_ms']:.1f} ({f['step_ms_range'][0]:.1f}-{f['step_ms_range'][1]:.1f})"
-            tr = f"{t['step_ms']:.1f} ({t['step_ms_range'][0]:.1f}-{t['step_ms_range'][1]:.1f})"
             print(
-                f"{row['model']:<6}{ranks:>6}{f['samples_per_s']:>16.1f}{t['samples_per_s']:>17.1f}"
-                f"{row[f'ratio_x{ranks}']:>12.2f}{fr:>24}{tr:>24}{hid:>8}"
+                f"{row['model']:<6}{ranks:>6}{f['samples_per_s']:>12.1f}{g['samples_per_s']:>14.1f}"
+                f"{t['samples_per_s']:>10.1f}{row[f'ratio_x{ranks}']:>11.2f}{row[f'graph_ratio_x{ranks}']:>13.2f}"
+                f"{ms(f):>22}{ms(g):>22}{ms(t):>22}{hid:>8}"
             )
-        fs, ts = row["flow_scaling"] * 100, row["torch_scaling"] * 100
-        print(f"{'':<6}{'scaling 2 vs 1':>20}: flow {fs:.0f}%, torch {ts:.0f}%")
+        sc = ", ".join(f"{fw} {row[f'{fw}_scaling'] * 100:.0f}%" for fw in FRAMEWORKS)
+        print(f"{'':<6}{'scaling 2 vs 1':>20}: {sc}")
 
 
 if __name__ == "__main__":

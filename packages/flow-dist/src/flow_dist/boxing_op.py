@@ -26,24 +26,43 @@ OP_NAME = "sbp_boxing"
 __all__ = ["OP_NAME", "register", "register_kernels"]
 
 
-def _target(attrs: dict) -> tuple:
-    nd = tuple(attrs["sbp"])
-    axis = attrs["axis"]
-    if not 0 <= axis < len(nd):
-        raise OpError(OP_NAME, f"axis {axis} is not an axis of the SBP {nd}")
-    return nd[:axis] + (attrs["to"],) + nd[axis + 1 :]
+def check_group(op: str, placement, axis, coord) -> None:
+    """The placement, axis and coordinate attributes of a collective op are consistent."""
+    from flow_dist.placement import Placement
+
+    if not isinstance(placement, Placement):
+        raise OpError(op, f"attribute 'placement' must be a flow.placement, got {placement!r}")
+    if not 0 <= axis < placement.ndim:
+        raise OpError(op, f"axis {axis} is not an axis of {placement!r}")
+    hier = placement.hierarchy
+    if len(coord) != len(hier) or not all(isinstance(c, int) and 0 <= c < h for c, h in zip(coord, hier)):
+        raise OpError(op, f"coord {coord} is not a position in {placement!r}")
+
+
+def _check(placement, sbp, axis, to, shape, coord) -> tuple:
+    from flow_dist.sbp import sbp as SBP
+
+    check_group(OP_NAME, placement, axis, coord)
+    if len(sbp) != placement.ndim or not all(isinstance(s, SBP) for s in sbp) or not isinstance(to, SBP):
+        raise OpError(OP_NAME, f"sbp {sbp} and to={to!r} must be SBPs, one per axis of {placement!r}")
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise OpError(OP_NAME, f"shape {shape} is not a shape")
+    for s in tuple(sbp) + (to,):
+        if s.is_split() and not 0 <= s.dim < len(shape):
+            raise OpError(OP_NAME, f"{s!r} splits no dim of shape {tuple(shape)}")
+    return tuple(sbp)[:axis] + (to,) + tuple(sbp)[axis + 1 :]
 
 
 def _meta(x, placement, sbp, axis, to, shape, coord) -> TensorMeta:
     from flow_dist.layout import local_shape
 
-    attrs = {"sbp": sbp, "axis": axis, "to": to}
+    target = _check(placement, sbp, axis, to, shape, coord)
     have = local_shape(tuple(shape), placement, tuple(sbp), tuple(coord))
     if tuple(x.shape) != have:
         raise OpError(
             OP_NAME, f"the piece has shape {tuple(x.shape)}, but {tuple(sbp)} of {tuple(shape)} gives {have} here"
         )
-    out = local_shape(tuple(shape), placement, _target(attrs), tuple(coord))
+    out = local_shape(tuple(shape), placement, target, tuple(coord))
     return TensorMeta(out, x.dtype, x.device)
 
 

@@ -126,6 +126,11 @@ class DistributedDataParallel(nn.Module):
         if not self._in_pass:
             self._in_pass = True
             flow.autograd.queue_callback(self._finish)
+        if p._data.__class__ is not np.ndarray:
+            raise CommError(
+                "DistributedDataParallel: a parameter became a global tensor after the module was wrapped "
+                "(Module.to_global); a global module needs no DDP, so use it without the wrapper"
+            )
         b = self._bucket_of[id(p)]
         b.ready += 1
         if b.ready == len(b.params):

@@ -45,6 +45,9 @@ _IN_FLIGHT: dict = {}
 
 # -- the two ops --------------------------------------------------------------------------------
 def _start_meta(xs, placement, axis, coord) -> TensorMeta:
+    from flow_dist.boxing_op import check_group
+
+    check_group(START, placement, axis, coord)
     if not xs:
         raise OpError(START, "expected at least one tensor")
     dt = xs[0].dtype
@@ -60,6 +63,10 @@ def _start_meta(xs, placement, axis, coord) -> TensorMeta:
 
 
 def _wait_meta(flat, shapes) -> tuple:
+    if not shapes or not all(isinstance(s, tuple) and all(isinstance(d, int) and d >= 0 for d in s) for s in shapes):
+        raise OpError(WAIT, f"shapes must be a non-empty tuple of shapes, got {shapes!r}")
+    if len(flat.shape) != 1:
+        raise OpError(WAIT, f"the buffer must be 1-d, got shape {tuple(flat.shape)}")
     total = 0
     for s in shapes:
         n = 1
