@@ -99,7 +99,14 @@ def register(registry) -> None:
         schema(
             OP_NAME,
             ["x"],
-            [Attr("placement"), Attr("sbp", tuple), Attr("axis", int), Attr("to"), Attr("shape", tuple), Attr("coord", tuple)],
+            [
+                Attr("placement"),
+                Attr("sbp", tuple),
+                Attr("axis", int),
+                Attr("to"),
+                Attr("shape", tuple),
+                Attr("coord", tuple),
+            ],
             dtypes=ANY,
         ),
         meta=_meta,

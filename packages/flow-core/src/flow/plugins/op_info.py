@@ -234,7 +234,15 @@ def describe_op(op_name: str) -> dict:
         "outputs": list(sch.outputs),
         "flags": {
             k: getattr(op, k)
-            for k in ("elementwise", "save", "composite", "dynamic_shape", "nondeterministic", "collective", "eager_meta")
+            for k in (
+                "elementwise",
+                "save",
+                "composite",
+                "dynamic_shape",
+                "nondeterministic",
+                "collective",
+                "eager_meta",
+            )
         },
         "meta": _fn_facet(getattr(op.meta, "rule", op.meta)),
         "grad": _fn_facet(op.grad),
