@@ -33,7 +33,9 @@ from flow_dist.layout import contiguous, local_slice, piece_bounds
 from flow_dist.placement import Placement
 from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast
 
-__all__ = ["box", "convert_axis", "cost", "cost_1d"]
+__all__ = ["OP_NAME", "box", "convert_axis", "cost", "cost_1d"]
+
+OP_NAME = "sbp_boxing"  # the op a compiled graph holds a one-axis conversion as (flow_dist.boxing_op)
 
 
 def box(x, nd_sbp: tuple, placement: Placement | None = None):
@@ -114,7 +116,6 @@ def _axis(x, axis: int, to):
 
 def _as_op(x, axis: int, to):
     from flow import array_kinds, interceptors
-    from flow_dist.boxing_op import OP_NAME
 
     t = array_kinds.wrap(x.local, x.placement.type)
     attrs = dict(placement=x.placement, sbp=x.sbp, axis=axis, to=to, shape=x.shape, coord=tuple(x.coord))

@@ -20,8 +20,7 @@ import numpy as np
 from flow.errors import OpError
 from flow.ops.meta import TensorMeta
 from flow.registry import ANY, Attr, schema
-
-OP_NAME = "sbp_boxing"
+from flow_dist.boxing import OP_NAME  # named where boxing calls the op
 
 __all__ = ["OP_NAME", "register", "register_kernels"]
 
