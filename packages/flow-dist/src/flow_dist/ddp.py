@@ -17,6 +17,9 @@ the same backward.
   produced a gradient it stays ``None``.
 - ``broadcast_buffers``: buffers (running statistics) are broadcast from rank 0 before each
   forward.
+- In a compiled graph (``nn.Graph`` / ``flow.compile`` tracing a step through the wrapper) the
+  average of each gradient and the buffers' broadcast are recorded as ``sbp_boxing`` nodes of the
+  graph, whose ``gradient_buckets`` pass fuses the gradients' all-reduces into buckets.
 - ``state_dict`` keys carry the ``module.`` prefix, as in PyTorch; ``.module`` is the wrapped
   module.
 """
@@ -29,10 +32,25 @@ import numpy as np
 
 import flow
 from flow import nn
+from flow.graph.symbolic import SymbolicArray
+from flow_dist import boxing
 from flow_dist.comm.backend import get_backend
 from flow_dist.comm.errors import CommError
+from flow_dist.global_array import GlobalArray
+from flow_dist.sbp import broadcast, partial_sum
 
 __all__ = ["DistributedDataParallel"]
+
+
+def _boxed(piece, world: int, *layouts):
+    """``piece`` as the local piece of a tensor over all ranks laid out as ``layouts[0]``, converted
+    through the other layouts: the conversions a traced DDP step records (sbp_boxing nodes)."""
+    from flow_dist.placement import Placement
+
+    g = GlobalArray(piece, Placement("cpu", list(range(world))), layouts[0], tuple(piece.shape))
+    for nd in layouts[1:]:
+        g = boxing.box(g, nd)
+    return g.local
 
 
 class _Bucket:
@@ -106,7 +124,10 @@ class DistributedDataParallel(nn.Module):
         if self.broadcast_buffers and self._world > 1:
             with flow.no_grad():
                 for b in self.module.buffers():
-                    b._data[...] = self._comm.broadcast(b._data, src=0)
+                    if b._data.__class__ is SymbolicArray:  # traced: rank 0's value, as boxing ops
+                        b._data[...] = _boxed(b._data, self._world, (broadcast,), (partial_sum,), (broadcast,))
+                    else:
+                        b._data[...] = self._comm.broadcast(b._data, src=0)
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
@@ -123,14 +144,23 @@ class DistributedDataParallel(nn.Module):
     def _on_grad(self, p) -> None:
         if not self._sync or self._world == 1:
             return
-        if not self._in_pass:
-            self._in_pass = True
-            flow.autograd.queue_callback(self._finish)
+        g = p.grad
+        if g is not None and g._data.__class__ is SymbolicArray:
+            # traced by a graph: the average is an all-reduce node of the graph (the graph's
+            # gradient_buckets pass fuses them into buckets that overlap backward)
+            with flow.no_grad():
+                scaled = g * (1.0 / self._world)
+                avg = _boxed(scaled._data, self._world, (partial_sum,), (broadcast,))
+                p.grad = flow.array_kinds.wrap(avg, g.device, dtype=g.dtype)
+            return
         if p._data.__class__ is not np.ndarray:
             raise CommError(
                 "DistributedDataParallel: a parameter became a global tensor after the module was wrapped "
                 "(Module.to_global); a global module needs no DDP, so use it without the wrapper"
             )
+        if not self._in_pass:
+            self._in_pass = True
+            flow.autograd.queue_callback(self._finish)
         b = self._bucket_of[id(p)]
         b.ready += 1
         if b.ready == len(b.params):

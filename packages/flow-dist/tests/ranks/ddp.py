@@ -2,7 +2,8 @@
 
 Each rank takes its slice of every batch (equal slices; the loss is the mean over the local
 batch, so the average of the ranks' gradients is the whole batch's gradient). Checked for the
-benchmark MLP with SGD and Adam and a small GPT with AdamW (float64, 1e-10); replicas start from
+benchmark MLP with SGD and Adam and a small GPT with AdamW, eager and compiled by nn.Graph (float64,
+1e-10); replicas start from
 rank 0's weights; no_sync accumulation; buffers broadcast; a parameter unused in a pass; and that
 buckets start before backward reaches the first layer. Prints "ddp ok" on rank 0."""
 
@@ -29,19 +30,38 @@ def mine(a):
     return np.split(a, n)[rank]
 
 
-def train(make, batches, loss_fn, make_opt, ddp, steps=3, **kw):
+def train(make, batches, loss_fn, make_opt, ddp, steps=3, graph=False, **kw):
     flow.manual_seed(rank if ddp else 0)  # replicas start different: DDP must take rank 0's weights
     m = make()
     model = DDP(m, **kw) if ddp else m
     opt = make_opt(model.parameters())
-    losses = []
-    for s in range(steps):
-        inputs, target = batches(s, ddp)
+
+    class Step(nn.Graph):  # the same step compiled: DDP's averages become graph nodes
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, inputs, target):
+            loss = loss_fn(self.model(*inputs), target)
+            loss.backward()
+            return loss
+
+    def eager(inputs, target):
         opt.zero_grad()
         loss = loss_fn(model(*inputs), target)
         loss.backward()
         opt.step()
-        losses.append(float(loss.detach().numpy()))
+        return loss
+
+    step = Step() if graph else eager
+    losses = []
+    for s in range(steps):
+        inputs, target = batches(s, ddp)
+        losses.append(float(step(inputs, target).detach().numpy()))
+    if graph:
+        counts = step.ir.op_counts()
+        assert counts.get("sbp_all_reduce_start", 0) >= 1 and "sbp_boxing" not in counts, counts
     if ddp:  # each rank's loss is its slice's mean: their average is the whole batch's
         losses = [float(x) for x in world.all_reduce(np.array(losses), "avg")]
     return losses, [p.detach().numpy().copy() for p in m.parameters()]
@@ -67,6 +87,7 @@ mlp = lambda: make_mlp(nn, F)  # noqa: E731
 for name, make_opt in [("sgd", lambda p: flow.optim.SGD(p, lr=0.1, momentum=0.9)), ("adam", flow.optim.Adam)]:
     ref = train(mlp, mlp_batches, F.cross_entropy, make_opt, False)
     check(ref, train(mlp, mlp_batches, F.cross_entropy, make_opt, True, bucket_size_mb=1), f"mlp {name}")
+    check(ref, train(mlp, mlp_batches, F.cross_entropy, make_opt, True, graph=True), f"mlp {name}, graph")
 
 IDX = rng.integers(0, 64, (3, 2 * n, 16))
 TGT = rng.integers(0, 64, (3, 2 * n, 16))
@@ -83,7 +104,9 @@ def gpt_loss(logits, y):
 
 gpt = lambda: make_gpt(nn, F, vocab=64, d_model=32, n_heads=2, n_layers=2, seq_len=16, dropout=0.0)  # noqa: E731
 adamw = lambda p: flow.optim.AdamW(p, lr=3e-3, weight_decay=0.1)  # noqa: E731
-check(train(gpt, gpt_batches, gpt_loss, adamw, False), train(gpt, gpt_batches, gpt_loss, adamw, True), "gpt")
+ref = train(gpt, gpt_batches, gpt_loss, adamw, False)
+check(ref, train(gpt, gpt_batches, gpt_loss, adamw, True), "gpt")
+check(ref, train(gpt, gpt_batches, gpt_loss, adamw, True, graph=True), "gpt, graph")
 
 # -- no_sync accumulates locally; the next pass averages the total; buffers follow rank 0 ---------
 flow.manual_seed(rank)
