@@ -211,6 +211,8 @@ def _handle(op, inputs: tuple, attrs: dict, force):
             g = GlobalArray(t._data, placement, (broadcast,) * placement.ndim, tuple(t.shape))
             slots[k] = array_kinds.wrap(g, t.device, dtype=t.dtype)
         inputs = _rebuild(inputs, slots[: len(slots) - (len(op.schema.inputs) - len(inputs))])
+    if op.dynamic_shape:  # the output shape depends on the data (nonzero): on the whole, everywhere
+        return _run_whole(op, inputs, attrs, slots, placement, device, constants)
     out_metas = _meta_outputs(op, inputs, attrs)
     out_shapes = [None if m is None else tuple(m.shape) for m in out_metas]
     shapes = [None if t is None else tuple(t.shape) for t in slots]
@@ -246,6 +248,37 @@ def _handle(op, inputs: tuple, attrs: dict, force):
             raise no_signature(op, nd_in, assessed, placement, axis)
         chosen.append(sig)
     return _run(op, inputs, attrs, slots, nd_in, chosen, placement, device, out_metas, constants)
+
+
+def _run_whole(op, inputs, attrs, slots, placement, device, constants):
+    """An op whose output shape depends on the data: every input boxed to broadcast, the op run on
+    the whole on every rank, the outputs broadcast with the shapes it gave (no meta rule to ask)."""
+    from flow import Tensor, no_grad
+
+    whole = (broadcast,) * placement.ndim
+    local = []
+    for k, t in enumerate(slots):
+        if t is None or k in constants:
+            local.append(t)
+        else:
+            local.append(array_kinds.wrap(boxing.box(t._data, whole).local, t.device, dtype=t.dtype))
+    with no_grad():
+        out = interceptors.run_op(
+            op, _rebuild(inputs, local[: len(local) - (len(op.schema.inputs) - len(inputs))]), attrs
+        )
+    single = not isinstance(out, (tuple, list))
+    wrapped = []
+    for o in (out,) if single else out:
+        if o is None or not isinstance(o, Tensor):
+            wrapped.append(o)
+            continue
+        g = GlobalArray(o._data, placement, whole, tuple(o._data.shape))
+        wrapped.append(array_kinds.wrap(g, device, dtype=o.dtype))
+    result = wrapped[0] if single else tuple(wrapped)
+    array_kinds.record(
+        op, inputs, attrs, result if single else tuple(w for w in wrapped if w is not None), around=implicit_broadcast
+    )
+    return result
 
 
 def _frozen_slots(op, attrs, lengths) -> set:

@@ -107,7 +107,7 @@ def _plain(flow, a, dt):
     if isinstance(a, flow.Tensor):
         arr = _same_everywhere(np.asarray(a.detach().numpy()))
         t = flow.tensor(arr)
-        if t.dtype.is_floating_point:
+        if t.dtype.is_floating_point and dt is not None:
             t = t.to(dt)
         return t
     if isinstance(a, (list, tuple)) and a and all(isinstance(x, flow.Tensor) for x in a):
@@ -116,15 +116,23 @@ def _plain(flow, a, dt):
 
 
 def _check_sample(flow, op, rule, RuleContext, s, si, placement, dt, rtol, atol, report) -> int:
+    from flow.errors import FlowError
     from flow_dist.handler import _flatten, _meta_outputs, run_with_signature
     from flow_dist.sbp import broadcast
 
-    args = tuple(_plain(flow, a, dt) for a in s.args)
     kwargs = dict(s.kwargs)
+    args = tuple(_plain(flow, a, dt) for a in s.args)
+    try:
+        r = flow.ops.call(op.name, *args, **kwargs)
+    except FlowError:  # a sample whose attributes fix its dtype (a fused program's float32)
+        args = tuple(_plain(flow, a, flow.float32) for a in s.args)
+        r = flow.ops.call(op.name, *args, **kwargs)
+    if op.dynamic_shape:  # no meta rule without data: the shapes one process gives
+        out_shapes = [None if o is None else tuple(o.shape) for o in (r if isinstance(r, tuple) else (r,))]
+    else:
+        out_shapes = [None if m is None else tuple(m.shape) for m in _meta_outputs(op, args, kwargs)]
     tensors, lengths, scalars = _flatten(op, args)
     shapes = [None if t is None else tuple(t.shape) for t in tensors]
-    metas = _meta_outputs(op, args, kwargs)
-    out_shapes = [None if m is None else tuple(m.shape) for m in metas]
     current = [None if t is None else broadcast for t in tensors]  # rules that follow the inputs: broadcast
     ctx = RuleContext(op, kwargs, shapes, out_shapes, placement.size, current, scalars, [], lengths)
     want_grad = s.grad and op.grad is not None

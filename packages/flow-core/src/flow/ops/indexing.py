@@ -423,7 +423,14 @@ def _nonzero_meta(x):
 
 
 NONZERO = defop(
-    "nonzero", ["input"], meta=_nonzero_meta, dtypes=ANY, save="none", eager_meta=False, no_error_samples=ANY_TENSOR
+    "nonzero",
+    ["input"],
+    meta=_nonzero_meta,
+    dtypes=ANY,
+    save="none",
+    eager_meta=False,
+    no_error_samples=ANY_TENSOR,
+    dynamic_shape=True,  # the meta rule reads the data when it has it; without data it cannot answer
 )
 
 

@@ -444,8 +444,12 @@ def _searchsorted_kernel(xp):
         dt = xp.int32 if out_int32 else xp.int64
         if seq.ndim == 1:
             return xp.asarray(xp.searchsorted(seq, values, side=side)).astype(dt)
-        s2 = seq.reshape(-1, seq.shape[-1])
-        v2 = values.reshape(s2.shape[0], -1)
+        rows = 1
+        for d in seq.shape[:-1]:
+            rows *= int(d)
+        # explicit sizes: reshape(-1, ...) cannot tell them when a dim is 0 (an empty piece)
+        s2 = seq.reshape(rows, seq.shape[-1])
+        v2 = values.reshape(rows, values.shape[-1])
         out = xp.empty(v2.shape, dtype=dt)
         for r in range(s2.shape[0]):
             out[r] = xp.searchsorted(s2[r], v2[r], side=side)
