@@ -71,6 +71,7 @@ __all__ = [
     "registered_array_kinds",
     "handler_for",
     "is_kind_array",
+    "storage_of",
     "wrap",
     "run_kernel",
     "record",
@@ -119,6 +120,12 @@ def handler_for(array: Any) -> Callable | None:
 def is_kind_array(array: Any) -> bool:
     """Whether ``array`` is of a registered array kind."""
     return array.__class__ in _KINDS
+
+
+def storage_of(array: Any) -> Any:
+    """The device array behind a tensor's data: the array itself, or an array kind's ``storage``
+    (a global tensor's local piece), which optimizer states and compiled graphs work on."""
+    return array if array.__class__ is np.ndarray else getattr(array, "storage", array)
 
 
 def flow_dtype(dt) -> D.dtype:

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from flow._tensor import Tensor
+from flow.array_kinds import storage_of
 from flow.autograd.grad_mode import STATE
 from flow.errors import FlowError
 from flow.graph import optim_trace
@@ -131,10 +132,6 @@ def _leaf_sig(t: Tensor):
     return (tuple(d.shape), t.dtype, t.device, t.requires_grad, type(d), extra)
 
 
-def _storage(d):
-    return d if d.__class__ is np.ndarray else getattr(d, "storage", d)
-
-
 class Runner:
     """The compiled-step cache and the inspection API shared by ``nn.Graph`` and ``flow.compile``."""
 
@@ -203,7 +200,7 @@ class Runner:
         for t in leaves:
             if t._data.__class__.__name__ == "SymbolicArray":
                 raise FlowError(f"graph '{self._name}' was called with a tensor from inside a trace")
-        outs = step.run([_storage(t._data) for t in leaves])
+        outs = step.run([storage_of(t._data) for t in leaves])
         return unflatten(step.ir.out_tree, outs)
 
     def _warn_recompiles(self, key) -> None:

@@ -160,7 +160,7 @@ class Tracer:
         if prev is not None:
             return prev[2]
         d = t._data
-        if d.__class__ is SymbolicArray or _storage(d).__class__ is SymbolicArray:
+        if d.__class__ is SymbolicArray or array_kinds.storage_of(d).__class__ is SymbolicArray:
             raise GraphTraceError(f"graph tracing: state tensor '{name}' is already being traced by another graph")
         if d.__class__ is np.ndarray or not array_kinds.is_kind_array(d):
             get = partial(getattr, t, "_data")
@@ -210,7 +210,7 @@ class Tracer:
         """The IR value a tensor holds now (a concrete tensor becomes a constant, or a captured state)."""
         d = x._data
         if d.__class__ is not SymbolicArray and d.__class__ is not np.ndarray and array_kinds.is_kind_array(d):
-            s = _storage(d)
+            s = array_kinds.storage_of(d)
             if s.__class__ is SymbolicArray:  # a tensor of an array kind made while tracing: its piece
                 d = s
         if d.__class__ is SymbolicArray:
@@ -388,8 +388,8 @@ class Tracer:
         ir = self.ir
         for t, _, v0 in self._saved.values():
             d = t._data
-            if d.__class__ is not SymbolicArray and _storage(d).__class__ is SymbolicArray:
-                d = _storage(d)  # an array kind's state: its piece
+            if d.__class__ is not SymbolicArray and array_kinds.storage_of(d).__class__ is SymbolicArray:
+                d = array_kinds.storage_of(d)  # an array kind's state: its piece
             if d.__class__ is SymbolicArray:
                 if d.value is not v0:
                     ir.updates.append((v0, d.value))
@@ -417,13 +417,6 @@ def _check_plain(a, what: str) -> None:
             "bakes such tensors in as constants, which it cannot do for an array kind: pass it as an "
             "argument of the step, or make it a parameter or buffer of a module the graph knows"
         )
-
-
-def _storage(d):
-    """An array kind's storage (this process's piece), or ``d`` itself."""
-    if d.__class__ is np.ndarray or d.__class__ is SymbolicArray:
-        return d
-    return getattr(d, "storage", d)
 
 
 def _storage_of(t: Tensor):

@@ -27,6 +27,7 @@ import numpy as np
 
 from flow import _dtype as D
 from flow._tensor import Tensor
+from flow.array_kinds import storage_of
 from flow.optim.errors import OptimizerError
 
 LOW_PRECISION = (D.float16, D.bfloat16)
@@ -44,12 +45,6 @@ def array_module(device):
     from flow.registry import get_device_type
 
     return get_device_type(device.type).xp
-
-
-def _storage(a):
-    """The device array behind a parameter's data: the array itself, or an array kind's ``storage``
-    (a global tensor's local piece; see flow.array_kinds), whose states are laid out like it."""
-    return a if a.__class__ is np.ndarray else getattr(a, "storage", a)
 
 
 def _like_param(d, view):
@@ -90,8 +85,8 @@ class FlatBucket:
         self.cdtype = np.dtype(np.float32) if self.low else self.dtype.np  # compute / state dtype
         self.shapes = [tuple(p._data.shape) for p in self.params]
         # states hold what each process holds of its parameter (a global parameter's local piece)
-        self.local_shapes = [tuple(_storage(p._data).shape) for p in self.params]
-        self.numels = np.array([int(_storage(p._data).size) for p in self.params], dtype=np.int64)
+        self.local_shapes = [tuple(storage_of(p._data).shape) for p in self.params]
+        self.numels = np.array([int(storage_of(p._data).size) for p in self.params], dtype=np.int64)
         self.offsets = np.zeros(len(self.params) + 1, dtype=np.int64)
         np.cumsum(self.numels, out=self.offsets[1:])
         self.total = int(self.offsets[-1])
@@ -127,7 +122,7 @@ class FlatBucket:
         for p, shape, local in zip(self.params, self.shapes, self.local_shapes):
             if p.dtype is not self.dtype or p.device != self.device or tuple(p._data.shape) != shape:
                 return False
-            if tuple(_storage(p._data).shape) != local:
+            if tuple(storage_of(p._data).shape) != local:
                 return False
         self._take_arrays()
         return True
