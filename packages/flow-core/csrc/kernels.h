@@ -9,5 +9,6 @@ void register_softmax(pybind11::module_& m);
 void register_elementwise(pybind11::module_& m);
 void register_layer_norm(pybind11::module_& m);
 void register_optim(pybind11::module_& m);
+void register_lowp(pybind11::module_& m);
 
 }  // namespace flow_native

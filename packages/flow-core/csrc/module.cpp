@@ -31,4 +31,5 @@ PYBIND11_MODULE(_C, m) {
   flow_native::register_elementwise(m);
   flow_native::register_layer_norm(m);
   flow_native::register_optim(m);
+  flow_native::register_lowp(m);
 }

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 from flow.autograd import engine
 from flow.autograd.engine import queue_callback, run_backward
 from flow.autograd.function import Function, FunctionCtx
@@ -32,6 +35,28 @@ def _creation():
 
         _CREATION.append(_creation)
     return _CREATION[0]
+
+
+class _SeedScale(threading.local):
+    """A transform of backward()'s seeds, per thread: graph mode's loss scaling (``nn.Graph.set_grad_scaler``)
+    multiplies them by the scale while ``build`` is traced. None (the default) costs one attribute read."""
+
+    def __init__(self) -> None:
+        self.fn = None
+
+
+SEED_SCALE = _SeedScale()
+
+
+@contextmanager
+def seed_transform(fn):
+    """While active in this thread, ``backward()`` starts from ``fn(seed)`` instead of each seed."""
+    prev = SEED_SCALE.fn
+    SEED_SCALE.fn = fn
+    try:
+        yield
+    finally:
+        SEED_SCALE.fn = prev
 
 
 def _seed(t, g):
@@ -71,6 +96,8 @@ def backward(
     if retain_graph is None:
         retain_graph = create_graph
     seeds = [_seed(t, g) for t, g in zip(tensors, grad_tensors)]
+    if SEED_SCALE.fn is not None:
+        seeds = [SEED_SCALE.fn(s) for s in seeds]
     if inputs is not None:
         if isinstance(inputs, Tensor):
             inputs = (inputs,)

@@ -91,6 +91,7 @@ class Graph(Runner):
         d = self.__dict__
         d["_blocks"] = OrderedDict()
         d["_opts"] = []  # (optimizer, lr scheduler or None)
+        d["_grad_scaler"] = None
 
     def _checked(self) -> None:
         if "_blocks" not in self.__dict__:
@@ -128,6 +129,22 @@ class Graph(Runner):
         self._opts.append((optim, lr_sch))
         self.config._changed()
 
+    def set_grad_scaler(self, grad_scaler) -> None:
+        """Loss scaling in the compiled step (OneFlow's API): ``flow.amp.GradScaler`` or ``StaticGradScaler``.
+
+        ``build`` still calls ``loss.backward()``; the compiled step starts backward from the scale, unscales
+        the gradients and checks them for inf/nan, skips the optimizer updates of a step that has any and
+        updates the scale, all as ops of the graph; ``grad_scaler.get_scale()`` reads the current scale.
+        The scaler provides ``_trace_begin(tracer)`` (a seed transform) and ``_trace_step(tracer, optimizers)``
+        (which steps the optimizers)."""
+        self._checked()
+        if not (hasattr(grad_scaler, "_trace_begin") and hasattr(grad_scaler, "_trace_step")):
+            raise TypeError(
+                f"set_grad_scaler expects a flow.amp.GradScaler or StaticGradScaler, got {type(grad_scaler).__name__}"
+            )
+        self.__dict__["_grad_scaler"] = grad_scaler
+        self.config._changed()
+
     def build(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define build(self, *inputs)")
 
@@ -137,6 +154,10 @@ class Graph(Runner):
 
     def _optimizers(self) -> list:
         return [(f"optimizer{i}" if len(self._opts) > 1 else "optimizer", o) for i, (o, _) in enumerate(self._opts)]
+
+    def _state_key(self) -> tuple:
+        sc = self._grad_scaler
+        return super()._state_key() + ((type(sc).__name__, id(sc), sc.is_enabled()) if sc is not None else None,)
 
     @property
     def training(self) -> bool:
@@ -148,13 +169,28 @@ class Graph(Runner):
         if build is Graph.build:
             raise NotImplementedError(f"{type(self).__name__} must define build(self, *inputs)")
         optimizers = self._optimizers()
+        scaler = self._grad_scaler if optimizers else None
+        if scaler is not None and not scaler.is_enabled():
+            scaler = None
+        fn = self.build
 
         def after(tracer):
+            if scaler is not None:
+                scaler._trace_step(tracer, optimizers)
+                return
             for _, opt in optimizers:
                 opt.step()
 
+        if scaler is not None:
+            from flow.autograd import seed_transform
+            from flow.graph.tracer import active_tracer
+
+            def fn(*args, **kwargs):
+                with seed_transform(scaler._trace_begin(active_tracer())):
+                    return self.build(*args, **kwargs)
+
         return compile_step(
-            self.build,
+            fn,
             args,
             kwargs,
             name=self._name,

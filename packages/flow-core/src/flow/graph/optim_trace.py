@@ -122,6 +122,23 @@ def _bump(opt, gi, bi, idx, names):
         b.present[name][idx] = True
 
 
+def _flag_state(ir, node):
+    """The getter of the state a node's ``skip_if`` flag is written to (read by host bookkeeping after a run)."""
+    flag = node.tags["skip_if"]
+    for st, new in ir.updates:
+        if new is flag:
+            return ir.state_specs[st.id].get
+    raise GraphTraceError(
+        f"graph tracing: the skip_if flag of '{node.name}' must be written to a state (e.g. the grad "
+        "scaler's found_inf) so that the step counters can follow it"
+    )
+
+
+def _unless(flag_get, fn) -> None:
+    if not float(flag_get().reshape(-1)[0]):
+        fn()
+
+
 @contextmanager
 def binding(tracer, optimizers):
     """``with binding(tracer, [(name, optimizer)]) as b``: call ``b.bind()`` once the modules' parameters
@@ -217,11 +234,10 @@ class OptimizerBinding:
             key = (id(opt), gi, bi)
             self._idx[key] = ia if key not in self._idx else np.union1d(self._idx[key], ia)
             names = dict(opt._state_names(opt.param_groups[gi]))
-            ir.effects.append(
-                Effect(
-                    f"{oname}.group{gi}: step counters of {len(ia)} parameters", partial(_bump, opt, gi, bi, ia, names)
-                )
-            )
+            bump = partial(_bump, opt, gi, bi, ia, names)
+            if node.tags.get("skip_if") is not None:  # a skipped update (loss scaling) leaves the counters too
+                bump = partial(_unless, _flag_state(ir, node), bump)
+            ir.effects.append(Effect(f"{oname}.group{gi}: step counters of {len(ia)} parameters", bump))
         for key in self._keys():
             self._idx.setdefault(key, np.zeros(0, dtype=np.int64))
 

@@ -299,6 +299,9 @@ class Registry:
         if entries:
             e = entries[0]
             fn = e.fn(dev.xp) if e.generic else e.fn
+            if dev.kernel_adapter is not None and (device_type, dtype) not in op.kernels:
+                if ("generic", dtype) not in op.kernels:
+                    fn = dev.kernel_adapter(op, dtype, fn)
         elif dev.kernel_fallback is not None:
             fn = dev.kernel_fallback(op)
         else:

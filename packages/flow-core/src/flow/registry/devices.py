@@ -15,7 +15,10 @@ class DeviceType:
     ``xp`` is the device's array module (NumPy's API); generic kernels are built
     from it. ``kernel_fallback``, when set, builds a kernel for any op that has
     no registered kernel on this device (a shape-only device uses the op's
-    meta rule this way).
+    meta rule this way). ``kernel_adapter(op, dtype, kernel)``, when set, is asked once per
+    resolution for a dtype that no kernel is registered for exactly (the kernel found serves any
+    dtype) and returns the kernel to use: the CPU runs float16 / bfloat16 through its float32
+    kernels this way (:mod:`flow.backends.cpu.lowp`).
     """
 
     name: str
@@ -28,6 +31,7 @@ class DeviceType:
     device_count: Callable[[], int] = lambda: 1
     use_generic_kernels: bool = True
     kernel_fallback: Callable | None = None
+    kernel_adapter: Callable | None = None
     array_types: tuple = ()
     plugin: str = ""
     extra: dict = field(default_factory=dict)

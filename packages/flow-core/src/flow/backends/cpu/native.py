@@ -18,6 +18,7 @@ import operator
 import os
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 # The kernels' OpenMP threads alternate with NumPy's BLAS threads (a separate pthread pool) all through a
@@ -43,6 +44,10 @@ __all__ = [
     "NATIVE_ERROR",
     "adam_update",
     "adam_update_multi",
+    "bf16_to_f32",
+    "f16_to_f32",
+    "f32_to_bf16",
+    "f32_to_f16",
     "gelu_backward",
     "gelu_forward",
     "get_num_threads",
@@ -382,3 +387,63 @@ def adam_update_multi(
         bool(amsgrad),
         bool(maximize),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# low-precision conversions (bit-exact with ml_dtypes' / NumPy's astype; see csrc/lowp.cpp)
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
+
+def _bits_in(fn: str, a: Any, dtype: np.dtype) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype != dtype:
+        raise TypeError(f"{fn}: expected a {dtype} array, got {a.dtype}")
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)
+
+
+def _out(fn: str, out: np.ndarray | None, dtype: np.dtype, like: np.ndarray) -> np.ndarray | None:
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != like.shape:
+        raise TypeError(f"{fn}: 'out' must be a {dtype} array of shape {like.shape}")
+    return out
+
+
+def _from_bits(fn: str, a: Any, dtype: np.dtype, out: np.ndarray | None) -> np.ndarray:
+    a = _bits_in(fn, a, dtype)
+    out = _out(fn, out, _F32, a)
+    return getattr(_native(fn), fn)(a.view(np.uint16), out)
+
+
+def _to_bits(fn: str, a: Any, dtype: np.dtype, out: np.ndarray | None) -> np.ndarray:
+    a = _bits_in(fn, a, _F32)
+    out = _out(fn, out, dtype, a)
+    r = getattr(_native(fn), fn)(a, None if out is None else out.view(np.uint16))
+    return out if out is not None else r.view(dtype)
+
+
+def bf16_to_f32(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """bfloat16 -> float32 (exact), into ``out`` (C-contiguous float32) when given.
+
+    >>> bf16_to_f32(np.ones(3, ml_dtypes.bfloat16)).dtype
+    dtype('float32')
+    """
+    return _from_bits("bf16_to_f32", a, _BF16, out)
+
+
+def f32_to_bf16(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 -> bfloat16, rounding to nearest even (NaN -> quiet NaN), as ``a.astype(ml_dtypes.bfloat16)``."""
+    return _to_bits("f32_to_bf16", a, _BF16, out)
+
+
+def f16_to_f32(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """float16 -> float32 (exact; F16C when the CPU has it)."""
+    return _from_bits("f16_to_f32", a, _F16, out)
+
+
+def f32_to_f16(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 -> float16, rounding to nearest even, bit-exact with ``a.astype(np.float16)``."""
+    return _to_bits("f32_to_f16", a, _F16, out)

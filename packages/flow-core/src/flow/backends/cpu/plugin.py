@@ -18,9 +18,10 @@ def flow_register_device_types(registry) -> None:
 
 @hookimpl
 def flow_register_kernels(registry) -> None:
-    from flow.backends.cpu import fusion, kernels
+    from flow.backends.cpu import fusion, kernels, lowp
 
     kernels.register(registry)
+    lowp.register(registry)
     fusion.register_kernels(registry)
 
 

@@ -121,6 +121,29 @@ def _kernels(node: Node, autotune: bool):
     return kern, cands, dt, dtype
 
 
+def skipping_kernel(kern, node: Node):
+    """The kernel of a node tagged ``skip_if`` (a value: a 1-element flag, e.g. found_inf of loss scaling),
+    which comes as its last argument: when the flag is non-zero the call is skipped and the node's in-place
+    outputs are its inputs as they were (an optimizer update that did not happen), otherwise ``kern`` runs.
+    Only in-place nodes can be skipped: their outputs are their inputs' buffers either way."""
+    if not node.inplace or len(node.inplace) != len(node.outputs):
+        raise FlowError(f"graph lowering: node {node.id} ({node.name}) has skip_if but not all outputs in place")
+    pos = []  # flat tensor-input index -> (argument, index in its list or None)
+    for ai, a in enumerate(node.inputs):
+        if a.__class__ is Value:
+            pos.append((ai, None))
+        elif a.__class__ is list:
+            pos.extend((ai, j) for j in range(len(a)))
+    where = [pos[node.inplace[k]] for k in range(len(node.outputs))]
+
+    def skipping(*args, **attrs):
+        if float(args[-1].reshape(-1)[0]):
+            return tuple(args[ai] if j is None else args[ai][j] for ai, j in where)
+        return kern(*args[:-1], **attrs)
+
+    return skipping
+
+
 def _out_kernel(node: Node, kern, dt: str, dtype):
     from flow.graph.pass_tables import out_kernel
 
@@ -136,6 +159,9 @@ def dependencies(ir: GraphIR) -> dict[int, set[int]]:
             if v.producer is not None and v.producer.id in deps:
                 deps[n.id].add(v.producer.id)
             readers.setdefault(v.id, []).append(n)
+        flag = n.tags.get("skip_if")
+        if flag is not None and flag.producer is not None and flag.producer.id in deps:
+            deps[n.id].add(flag.producer.id)
     for n in ir.nodes:
         if not n.inplace:
             continue
@@ -223,6 +249,10 @@ def lower(ir: GraphIR, config=None) -> Plan:
                 args.append(("c", a.value if isinstance(a, Lit) else a))
         outs = [slot(o) for o in n.outputs]
         scalar = dt == "cpu" and len(n.outputs) == 1 and n.outputs[0].ndim == 0
+        flag = n.tags.get("skip_if")
+        if flag is not None:  # read last, so input indices (in-place map, memory planning) stay as they are
+            args.append(("s", slot(flag)))
+            kern, cands = skipping_kernel(kern, n), []
         steps.append(
             Step(
                 i,
@@ -235,7 +265,7 @@ def lower(ir: GraphIR, config=None) -> Plan:
                 dtype,
                 cands,
                 scalar_out=scalar,
-                out_kernel=None if cands else _out_kernel(n, kern, dt, dtype),
+                out_kernel=None if cands or flag is not None else _out_kernel(n, kern, dt, dtype),
             )
         )
     deps = {pos[nid]: {pos[d] for d in ds} for nid, ds in deps_by_node.items()}

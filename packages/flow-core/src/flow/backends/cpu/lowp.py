@@ -1,0 +1,225 @@
+"""bfloat16 / float16 on the CPU: float32 compute between native conversions.
+
+NumPy has no fast float16 / bfloat16 arithmetic (ml_dtypes' bfloat16 ``@`` is about twice as slow
+as float32's and returns float32; its elementwise loops are 2-40x slower). So on the CPU an op on
+low-precision tensors runs its float32 kernel: the low-precision inputs are converted to float32
+(``flow._C``, bit-exact with ``astype``), the float32 kernel runs (NumPy's BLAS for matmul, linear
+and conv; the native softmax, layer-norm and GELU kernels), and floating outputs are rounded back
+to the input's dtype. Reductions and normalisations therefore accumulate in float32, and the
+result dtype is the one the meta rule gives.
+
+The mechanism is the CPU device's ``kernel_adapter`` (see :class:`flow.registry.DeviceType`): it
+is asked once per (op, dtype) when the dispatcher resolves a kernel for a dtype no kernel is
+registered for, so float32 / float64 calls never pass through here, and a kernel a plugin
+registers for ``bfloat16`` itself is used as it is.
+
+- Ops that only move data (reshape, cat, gather, ...) keep running on the low-precision arrays:
+  NumPy copies 2-byte items as fast as any, and views must stay views.
+- An op whose float32 kernel returns a view of an input is found out on its first call and from
+  then on runs on the low-precision arrays too (a view of a float32 copy would not alias).
+- An op that updates inputs in place (``inplace=True``: the optimizer updates) gets float32
+  copies, and what it wrote is rounded back into the original buffers.
+
+>>> import flow
+>>> a = flow.randn(4, 8).bfloat16()
+>>> (a @ flow.randn(8, 3).bfloat16()).dtype
+flow.bfloat16
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+from flow.backends.cpu import native
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+LOWP = (BF16, F16)
+
+# Ops that only move, select or copy values: exact in any dtype and as fast on 2-byte items.
+DTYPE_TRANSPARENT = frozenset(
+    {
+        "basic_index",
+        "basic_index_put",
+        "cat",
+        "clone",
+        "constant_pad",
+        "contiguous",
+        "diagonal",
+        "diagonal_backward",
+        "embedding",
+        "expand",
+        "flip",
+        "gather",
+        "index",
+        "index_select",
+        "nonzero",
+        "permute",
+        "reshape",
+        "roll",
+        "select_along_dim",
+        "split",
+        "stack",
+        "tril",
+        "triu",
+        "unbind",
+        "where",
+    }
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# conversions
+
+
+def to_f32(a: np.ndarray) -> np.ndarray:
+    """A float32 copy of a bfloat16 / float16 array (native, exact)."""
+    dt = a.dtype
+    if not native.HAVE_NATIVE:
+        return a.astype(F32)
+    if dt == BF16:
+        return native.bf16_to_f32(a)
+    if dt == F16:
+        return native.f16_to_f32(a)
+    return a.astype(F32)
+
+
+def from_f32(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``a`` rounded to ``dtype`` (bfloat16 / float16), round to nearest even as ``astype``."""
+    if a.dtype != F32 or not native.HAVE_NATIVE:
+        return a.astype(dtype)  # float64: one rounding, not two through float32
+    if dtype == BF16:
+        return native.f32_to_bf16(a)
+    return native.f32_to_f16(a)
+
+
+def write_back(dst: np.ndarray, src: np.ndarray) -> None:
+    """Round float32 ``src`` into the low-precision array ``dst`` in place."""
+    src = np.ascontiguousarray(src).reshape(dst.shape)  # (ascontiguousarray makes a 0-d array 1-d)
+    if native.HAVE_NATIVE and dst.flags.c_contiguous and dst.flags.writeable:
+        (native.f32_to_bf16 if dst.dtype == BF16 else native.f32_to_f16)(src, out=dst)
+    else:
+        dst[...] = from_f32(src, dst.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# the float32 path for every op without a low-precision kernel
+
+
+def kernel_adapter(op, dtype, fn: Callable) -> Callable:
+    """The CPU's ``DeviceType.kernel_adapter``: the kernel to run for ``op`` on a first input of ``dtype``
+    when only ``fn`` (a kernel registered for any dtype) is there."""
+    if dtype is None or dtype.np not in LOWP or op.name in DTYPE_TRANSPARENT:
+        return fn
+    from flow import _dtype as D
+    from flow.registry import REGISTRY
+
+    f32_kernel = REGISTRY.resolve_kernel(op, "cpu", D.float32)
+    return upcast_kernel(f32_kernel, fn, dtype.np)
+
+
+def upcast_kernel(f32_kernel: Callable, direct: Callable, low: np.dtype) -> Callable:
+    """Run ``f32_kernel`` on float32 copies of the ``low`` arrays and round floating outputs to ``low``;
+    ``direct`` (the kernel on the arrays as they are) serves ops found to return views."""
+    state = {"direct": False}
+
+    def run(*arrays, **attrs):
+        if state["direct"]:
+            return direct(*arrays, **attrs)
+        ups: dict[int, tuple] = {}  # id(float32 copy) -> (copy, original)
+        args = [_up(a, low, ups) for a in arrays]
+        out = f32_kernel(*args, **attrs)
+        inplace = attrs.get("inplace") is True
+        if out.__class__ is tuple or out.__class__ is list:
+            res = [_down(o, low, ups, inplace) for o in out]
+            if any(r is _VIEW for r in res):
+                state["direct"] = True
+                return direct(*arrays, **attrs)
+            return tuple(res) if out.__class__ is tuple else res
+        r = _down(out, low, ups, inplace)
+        if r is _VIEW:
+            state["direct"] = True
+            return direct(*arrays, **attrs)
+        return r
+
+    run.__name__ = f"lowp_{getattr(f32_kernel, '__name__', 'kernel')}"
+    run.__wrapped__ = f32_kernel
+    return run
+
+
+_VIEW = object()  # marker: an output aliases a float32 copy (the op returns a view)
+
+
+def _up(a, low: np.dtype, ups: dict):
+    if a.__class__ is np.ndarray:
+        if a.dtype != low:
+            return a
+        u = to_f32(a)
+        ups[id(u)] = (u, a)
+        return u
+    if a.__class__ is list or a.__class__ is tuple:
+        return a.__class__(_up(x, low, ups) for x in a)
+    if isinstance(a, np.generic) and a.dtype == low:  # a scalar operand of the tensor's dtype
+        return np.float32(a)
+    return a
+
+
+def _down(o, low: np.dtype, ups: dict, inplace: bool):
+    if o.__class__ is not np.ndarray:
+        if isinstance(o, np.generic) and o.dtype.kind == "f":
+            return np.asarray(o).astype(low)[()]
+        return o
+    hit = ups.get(id(o))
+    if hit is not None:  # the kernel handed back an input (updated in place, or unchanged)
+        u, orig = hit
+        if inplace:
+            write_back(orig, u)
+        return orig
+    b = o.base
+    while b is not None:
+        if id(b) in ups:
+            return _VIEW
+        b = getattr(b, "base", None)
+    if o.dtype.kind == "f" and o.dtype != low:
+        return from_f32(o, low)
+    return o
+
+
+# ---------------------------------------------------------------------------------------------
+# cast
+
+
+def cast_kernel(xp) -> Callable:
+    """The CPU ``cast`` kernel: native between float32 and bfloat16 / float16, ``astype`` otherwise."""
+
+    def run(x, dtype):
+        from flow import _dtype as D
+
+        target = D.as_dtype(dtype).np
+        src = x.dtype
+        if src == F32 and target in LOWP:
+            return from_f32(x, target)
+        if src in LOWP and target.kind == "f" and target != src:
+            f = to_f32(x)  # exact, so float64 and the other 16-bit type round once, as astype does
+            if target == F32:
+                return f
+            return from_f32(f, target) if target in LOWP else f.astype(target)
+        return x.astype(target)  # integers and bool: as NumPy / ml_dtypes convert (inf, NaN included)
+
+    return run
+
+
+def register(registry) -> None:
+    """Native low-precision kernels for the ``cpu`` device, and the float32 path for the rest."""
+    from flow import _dtype as D
+
+    cpu = registry._device_types.get("cpu")
+    if cpu is not None:
+        cpu.kernel_adapter = kernel_adapter
+    if native.HAVE_NATIVE and "cast" in registry._ops:
+        # for float32 sources too: float32 -> bfloat16 / float16 is where the native rounding pays
+        registry.register_kernel("cast", "cpu", cast_kernel(np), dtypes=[D.float32, D.bfloat16, D.float16])
