@@ -174,7 +174,7 @@ def test_amp_pass_registered_by_a_plugin_gets_the_options():
 
     mod = types.ModuleType("fake_amp")
     mod.flow_register_passes = hookimpl(
-        lambda registry: registry.register_pass("amp", amp_pass, before="constant_folding")
+        lambda registry: registry.register_pass("amp", amp_pass, before="constant_folding", priority=100)
     )
     flow.plugins.register(mod, name="tests.fake_amp")
     try:

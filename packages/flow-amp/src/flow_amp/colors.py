@@ -65,6 +65,9 @@ _FP32 = (
     "optimizer_update",
     "sgd_update",
     "adam_update",
+    # loss scaling: the inf/nan check and the unscale read float32 gradients
+    "amp_unscale",
+    "amp_update_scale",
 )
 # layer_norm: flow's kernel wants the weight in the input's dtype; promoting runs a normalisation of
 # a low-precision activation with float32 weights in float32 (as autocast on CUDA does anyway).

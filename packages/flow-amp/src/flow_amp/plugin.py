@@ -9,6 +9,8 @@ flow's plugin manager imports this module and runs its hooks:
   ``registry.register_rule("amp_color", op, colour)`` in its own ``flow_register_rules`` (queued
   until flow-amp loads, so op packages need not depend on it);
 - ``flow_register_rules``: the colours of flow-core's ops;
+- ``flow_register_passes``: the ``amp`` graph pass (:mod:`flow_amp.graph_pass`), run when a graph's
+  ``config.enable_amp()`` is on;
 - ``flow_register_api``: ``flow.autocast``, ``flow.is_autocast_enabled`` and ``flow.amp``.
 """
 
@@ -45,6 +47,13 @@ def flow_register_rules(registry) -> None:
     for name, rule in core_colors().items():
         if name in registry.ops:
             registry.register_rule(TABLE, name, rule)
+
+
+@hookimpl
+def flow_register_passes(registry) -> None:
+    from flow_amp import graph_pass
+
+    graph_pass.register_pass(registry)
 
 
 @hookimpl

@@ -95,14 +95,23 @@ class GraphConfig:
     def enable_amp(self, mode: bool = True, dtype=None, **options) -> None:
         """Mixed precision through the ``amp`` graph pass, which the flow-amp plugin registers.
 
-        ``dtype`` (float16/bfloat16) and further options are passed to the pass as ``config.amp``.
+        ``dtype`` (``flow.bfloat16``, the default, or ``flow.float16``) and further options are passed
+        to the pass as ``config.amp``.
         """
         if not mode:
             self.amp = None
             self._changed()
             return
         check_amp_available()
-        self.amp = {"dtype": dtype, **options}
+        from flow import _dtype as D
+
+        try:
+            dt = D.bfloat16 if dtype is None else D.as_dtype(dtype)
+        except (TypeError, ValueError, KeyError) as e:
+            raise TypeError(f"enable_amp: dtype must be flow.bfloat16 or flow.float16, got {dtype!r}") from e
+        if dt not in (D.bfloat16, D.float16):
+            raise TypeError(f"enable_amp: dtype must be flow.bfloat16 or flow.float16, got {dt}")
+        self.amp = {"dtype": dt, **options}
         self._changed()
 
     def enable_fusion(self, mode: bool = True) -> None:

@@ -26,16 +26,13 @@ def linear(input, weight, bias=None):
     k = weight.shape[-1]
     if input.ndim == 0 or input.shape[-1] != k:
         raise OpError("linear", f"'input' last dim must be in_features={k}, got shape {tuple(input.shape)}")
-    if input.dtype != weight.dtype:
-        raise OpTypeError(
-            "linear", f"'input' and 'weight' must have the same dtype, got {input.dtype} and {weight.dtype}"
-        )
+    # dtypes are the op's meta rule's to check (after interceptors such as autocast cast them)
     if bias is not None:
         _tensor("linear", "bias", bias)
         want = (weight.shape[0],) if weight.ndim == 2 else ()
         if tuple(bias.shape) != want and bias.numel() != (want[0] if want else 1):
             raise OpError("linear", f"'bias' must have shape {want}, got {tuple(bias.shape)}")
-    if weight.ndim == 2 and (bias is None or (tuple(bias.shape) == want and bias.dtype == input.dtype)):
+    if weight.ndim == 2 and (bias is None or tuple(bias.shape) == want):
         # leading dims folded into one: a single (N, in) x (in, out) product instead of a batched one,
         # and the weight's gradient is one product too (no per-batch products summed afterwards)
         if input.ndim == 2:
