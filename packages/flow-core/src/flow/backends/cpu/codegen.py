@@ -245,13 +245,14 @@ def function_source(program, name: str) -> str:
     params = [f"PyObject* a{k}" for k in range(len(program.inputs))] + [f"PyObject* o{k}" for k in range(len(outs))]
     L = [f"void {name}({', '.join(params)}) {{"]
     for k, (_, dt) in enumerate(program.inputs):
-        L.append(f"  const {ops.ctype(dt)}* in{k} = (const {ops.ctype(dt)}*)FLOW_DATA(a{k});")
+        st = ops.storage_ctype(dt)
+        L.append(f"  const {st}* in{k} = (const {st}*)FLOW_DATA(a{k});")
         if kinds[k] == "scalar":
-            L.append(f"  const {ops.ctype(dt)} s{k} = in{k}[0];")
+            L.append(f"  const {ops.ctype(dt)} s{k} = {ops.load(dt, f'in{k}[0]')};")
     red_outs = [j for j in outs if program.instrs[j][0] in ops.REDUCTIONS]
     for k, j in enumerate(outs):
-        ct = ops.ctype(program.instrs[j][3])
-        L.append(f"  {ct}* out{k} = ({ct}*)FLOW_DATA(o{k});")
+        st = ops.storage_ctype(program.instrs[j][3])
+        L.append(f"  {st}* out{k} = ({st}*)FLOW_DATA(o{k});")
     body = _body(program, kinds, in_st, n_outer, dims)
     work = total * min(8, max(1, len(program.instrs) // 2))
     # shapes are static: a loop too small for threads gets no OpenMP region at all (even an
@@ -293,9 +294,9 @@ def _red_stores(program, outs, inner_n, ind) -> list:
     for k, j in enumerate(outs):
         op = program.instrs[j][0]
         if op in ops.REDUCTIONS:
-            ct = ops.ctype(program.instrs[j][3])
-            val = f"acc{k}" if op == "sum" else f"acc{k} / {float(inner_n)!r}"
-            L.append(f"{ind}out{k}[r] = ({ct})({val});")
+            dt = program.instrs[j][3]
+            val = f"({ops.ctype(dt)})(acc{k})" if op == "sum" else f"({ops.ctype(dt)})(acc{k} / {float(inner_n)!r})"
+            L.append(f"{ind}out{k}[r] = {ops.store(dt, val)};")
     return L
 
 
@@ -316,7 +317,7 @@ def _body(program, kinds, in_st, n_outer, dims) -> list:
             inner = _index("j", inner_dims, in_st[k][n_outer:])
             base = f"b{k}" if n_outer else ""
             idx = " + ".join(x for x in (base, inner) if x and x != "0") or "0"
-        B.append(f"const {ct} x{k} = in{k}[{idx}];")
+        B.append(f"const {ct} x{k} = {ops.load(dt, f'in{k}[{idx}]')};")
         names[("i", k)] = (f"x{k}", dt)
     for j, (op, args, attrs, dt) in enumerate(program.instrs):
         if op in ops.REDUCTIONS:
@@ -327,7 +328,7 @@ def _body(program, kinds, in_st, n_outer, dims) -> list:
                 operands.append(("c", a[1]))
             else:
                 operands.append(names[a])
-        expr = ops.expression(op, operands, dict(attrs), dt)
+        expr = ops.rounded(dt, ops.expression(op, operands, dict(attrs), dt))
         B.append(f"const {ops.ctype(dt)} t{j} = {expr};")
         names[("t", j)] = (f"t{j}", dt)
     for k, j in enumerate(program.outputs):
@@ -337,7 +338,7 @@ def _body(program, kinds, in_st, n_outer, dims) -> list:
             B.append(f"acc{k} += (double){src};")
         else:
             out_idx = f"r * {inner_n}LL + j" if n_outer else "j"
-            B.append(f"out{k}[{out_idx}] = t{j};")
+            B.append(f"out{k}[{out_idx}] = {ops.store(dt, f't{j}')};")
     return B
 
 

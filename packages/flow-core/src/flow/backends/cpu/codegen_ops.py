@@ -3,6 +3,11 @@
 :func:`expression` renders one instruction: operands are ``(C name, dtype name)`` pairs or
 ``("c", number)`` constants; the result has the instruction's dtype (``float32`` -> ``float``,
 ``float64`` -> ``double``, ``bool`` -> ``unsigned char`` holding 0/1, as NumPy stores bools).
+``bfloat16`` and ``float16`` are stored as 16-bit patterns (``uint16_t``) and computed in ``float``:
+loads widen exactly, and every instruction's result is rounded to its dtype (round to nearest
+even, as NumPy's ``astype``) before the next one reads it, so a fused low-precision program gives
+the bits of the unfused ops, which run their float32 kernels between the same roundings
+(:mod:`flow.backends.cpu.lowp`); only reductions keep their ``double`` accumulator unrounded.
 Arithmetic converts operands to the result dtype; comparisons compare in the promoted dtype of
 their tensor operands. Semantics follow flow's NumPy kernels: ``maximum``/``minimum``/``relu``/
 ``clamp`` propagate NaN, ``sigmoid`` is the stable two-branch form, ``pow`` by 2/1/0.5/-1/0 is
@@ -17,7 +22,13 @@ import numpy as np
 
 REDUCTIONS = frozenset({"sum", "mean"})
 
-_CTYPE = {"float32": "float", "float64": "double", "bool": "unsigned char"}
+_CTYPE = {"float32": "float", "float64": "double", "bool": "unsigned char", "bfloat16": "float", "float16": "float"}
+# dtypes stored in 16 bits and computed in float: (load, store, round) helpers of the PRELUDE
+LOWP = {
+    "bfloat16": ("flow_bf16_load", "flow_bf16_store", "flow_bf16_round"),
+    "float16": ("flow_f16_load", "flow_f16_store", "flow_f16_round"),
+}
+_FLOAT_COMPUTE = ("float32", "bfloat16", "float16")
 
 # op -> libm function name (float variants get an 'f' suffix)
 _UNARY_FN = {
@@ -79,24 +90,47 @@ DTYPES = frozenset(_CTYPE)
 
 
 def ctype(dt: str) -> str:
+    """The C type a value of ``dt`` is computed in."""
     return _CTYPE[dt]
 
 
+def storage_ctype(dt: str) -> str:
+    """The C type an array of ``dt`` holds."""
+    return "uint16_t" if dt in LOWP else _CTYPE[dt]
+
+
+def load(dt: str, expr: str) -> str:
+    """``expr`` (an element of an array of ``dt``) as its compute type."""
+    return f"{LOWP[dt][0]}({expr})" if dt in LOWP else expr
+
+
+def store(dt: str, expr: str) -> str:
+    """A compute-type value as an element of an array of ``dt`` (rounded for 16-bit floats)."""
+    return f"{LOWP[dt][1]}({expr})" if dt in LOWP else expr
+
+
+def rounded(dt: str, expr: str) -> str:
+    """An instruction's result rounded to its dtype (a no-op but for 16-bit floats)."""
+    return f"{LOWP[dt][2]}({expr})" if dt in LOWP else expr
+
+
 def _fn(name: str, dt: str) -> str:
-    return name + "f" if dt == "float32" else name
+    return name + "f" if dt in _FLOAT_COMPUTE else name
 
 
 def literal(value, dt: str) -> str:
     """A C literal of ``value`` converted to ``dt`` exactly as NumPy converts it."""
     if dt == "bool":
         return "1" if value else "0"
-    v = float(np.float32(value)) if dt == "float32" else float(value)
+    # a Python number meets a 16-bit float operand in float32 (the unfused ops' float32 kernels)
+    f32 = dt in _FLOAT_COMPUTE
+    v = float(np.float32(value)) if f32 else float(value)
     if math.isnan(v):
         return "NAN"
     if math.isinf(v):
         return "INFINITY" if v > 0 else "(-INFINITY)"
     s = v.hex()
-    return f"{s}f" if dt == "float32" else s
+    return f"{s}f" if f32 else s
 
 
 def _conv(x, dt: str) -> str:
@@ -107,14 +141,21 @@ def _conv(x, dt: str) -> str:
         return name
     if dt == "bool":
         return f"({name} != 0)"
+    if dt in LOWP:  # to a 16-bit float from a wider (or the other 16-bit) dtype: round
+        return rounded(dt, f"(float){name}")
     return f"({ctype(dt)}){name}"
 
 
 def _promote(operands) -> str:
     dts = {x[1] for x in operands if x[0] != "c"}
-    for dt in ("float64", "float32", "bool"):
+    for dt in ("float64", "float32"):
         if dt in dts:
             return dt
+    low = dts & set(LOWP)
+    if low:
+        return low.pop() if len(low) == 1 else "float32"
+    if "bool" in dts:
+        return "bool"
     return "float32"
 
 
@@ -155,7 +196,7 @@ def expression(op: str, operands: list, attrs: dict, dt: str) -> str:
         return f"({a} != {a})" if op == "isnan" else f"({op}({a}) != 0)"
     a = _conv(operands[0], dt)
     if op in _UNARY_FN:
-        if dt == "float32" and op in _FAST_F32:
+        if dt in _FLOAT_COMPUTE and op in _FAST_F32:
             return f"{_FAST_F32[op]}({a})"
         return f"{_fn(_UNARY_FN[op], dt)}({a})"
     one = literal(1, dt)
@@ -233,6 +274,50 @@ PRELUDE = r"""
 
 static inline float flow_bits_f(int32_t i) { float f; memcpy(&f, &i, sizeof f); return f; }
 static inline int32_t flow_f_bits(float f) { int32_t i; memcpy(&i, &f, sizeof i); return i; }
+
+/* bfloat16 / float16 <-> float, round to nearest even, NaN kept NaN (as csrc/lowp.cpp) */
+static inline float flow_bf16_load(uint16_t h) { return flow_bits_f((int32_t)((uint32_t)h << 16)); }
+static inline uint16_t flow_bf16_store(float f) {
+  uint32_t u = (uint32_t)flow_f_bits(f);
+  const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)(nan ? ((u >> 16) | 0x40u) : r);
+}
+static inline float flow_bf16_round(float f) { return flow_bf16_load(flow_bf16_store(f)); }
+static inline float flow_f16_load(uint16_t h) {
+  const uint32_t shifted_exp = 0x7c00u << 13;
+  uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
+  const uint32_t e = shifted_exp & o;
+  o += (127u - 15u) << 23;
+  if (e == shifted_exp) {
+    o += (128u - 16u) << 23; /* inf / nan */
+  } else if (e == 0) {       /* zero / subnormal: renormalise through float arithmetic */
+    o += 1u << 23;
+    o = (uint32_t)flow_f_bits(flow_bits_f((int32_t)o) - flow_bits_f((int32_t)(113u << 23)));
+  }
+  o |= ((uint32_t)h & 0x8000u) << 16;
+  return flow_bits_f((int32_t)o);
+}
+static inline uint16_t flow_f16_store(float f) {
+  const uint32_t f32infty = 255u << 23, f16max = (127u + 16u) << 23;
+  const uint32_t denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  uint32_t u = (uint32_t)flow_f_bits(f);
+  const uint32_t sign = u & 0x80000000u;
+  uint16_t o;
+  u ^= sign;
+  if (u >= f16max) {
+    o = (uint16_t)(u > f32infty ? 0x7e00u : 0x7c00u); /* nan, or overflow to inf */
+  } else if (u < (113u << 23)) { /* a float16 subnormal (or zero): rounded by float addition */
+    const float s = flow_bits_f((int32_t)u) + flow_bits_f((int32_t)denorm_magic);
+    o = (uint16_t)((uint32_t)flow_f_bits(s) - denorm_magic);
+  } else {
+    const uint32_t odd = (u >> 13) & 1u;
+    u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+    o = (uint16_t)(u >> 13);
+  }
+  return (uint16_t)(o | (sign >> 16));
+}
+static inline float flow_f16_round(float f) { return flow_f16_load(flow_f16_store(f)); }
 
 static inline float flow_expf(float x) {
   const float hi = 88.3762626647949f, lo = -87.3365447505531f, rnd = 12582912.0f;

@@ -55,6 +55,9 @@ def fused_kernel(inputs, program, out=None):
 
 
 fused_kernel.supports_out = True
+# the compiled loops load and store bfloat16 / float16 themselves (codegen_ops.LOWP): the low-precision
+# adapter of lowp.py must not convert their inputs to float32 first
+fused_kernel.handles_low_precision = True
 
 
 def register_kernels(registry) -> None:

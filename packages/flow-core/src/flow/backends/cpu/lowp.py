@@ -5,8 +5,10 @@ as float32's and returns float32; its elementwise loops are 2-40x slower). So on
 low-precision tensors runs its float32 kernel: the low-precision inputs are converted to float32
 (``flow._C``, bit-exact with ``astype``), the float32 kernel runs (NumPy's BLAS for matmul, linear
 and conv; the native softmax, layer-norm and GELU kernels), and floating outputs are rounded back
-to the input's dtype. Reductions and normalisations therefore accumulate in float32, and the
-result dtype is the one the meta rule gives.
+to the dtype the op's meta rule gives them: the input's low dtype for most ops, float32 where the
+meta rule says so (a float32 ``found_inf`` flag, a mixed-precision layer norm's float32 weight
+gradient). Reductions and normalisations therefore accumulate in float32, and the result dtypes
+are the meta rule's.
 
 The mechanism is the CPU device's ``kernel_adapter`` (see :class:`flow.registry.DeviceType`): it
 is asked once per (op, dtype) when the dispatcher resolves a kernel for a dtype no kernel is
@@ -19,6 +21,8 @@ registers for ``bfloat16`` itself is used as it is.
   then on runs on the low-precision arrays too (a view of a float32 copy would not alias).
 - An op that updates inputs in place (``inplace=True``: the optimizer updates) gets float32
   copies, and what it wrote is rounded back into the original buffers.
+- Inputs that are not of the low dtype (float32 weights of a bfloat16 activation, a float32 loss
+  scale) are passed as they are, and an output that is one of them comes back as it is.
 
 >>> import flow
 >>> a = flow.randn(4, 8).bfloat16()
@@ -81,6 +85,15 @@ def to_f32(a: np.ndarray) -> np.ndarray:
     dt = a.dtype
     if not native.HAVE_NATIVE:
         return a.astype(F32)
+    if not a.flags.c_contiguous:
+        # a strided view (a transpose in a backward matmul): widen in the view's own memory order
+        # (``order="K"``), so no 2-byte transpose copy is made first and the float32 result keeps
+        # the layout BLAS reads as a transpose for free
+        if dt == BF16:
+            u = a.view(np.uint16).astype(np.uint32, order="K")
+            u <<= 16
+            return u.view(F32)
+        return a.astype(F32, order="K")
     if dt == BF16:
         return native.bf16_to_f32(a)
     if dt == F16:
@@ -115,32 +128,42 @@ def kernel_adapter(op, dtype, fn: Callable) -> Callable:
     when only ``fn`` (a kernel registered for any dtype) is there."""
     if dtype is None or dtype.np not in LOWP or op.name in DTYPE_TRANSPARENT:
         return fn
+    if getattr(fn, "handles_low_precision", False):  # reads and writes 16-bit floats itself (fused kernels)
+        return fn
     from flow import _dtype as D
     from flow.registry import REGISTRY
 
     f32_kernel = REGISTRY.resolve_kernel(op, "cpu", D.float32)
-    return upcast_kernel(f32_kernel, fn, dtype.np)
+    return upcast_kernel(f32_kernel, fn, dtype.np, op)
 
 
-def upcast_kernel(f32_kernel: Callable, direct: Callable, low: np.dtype) -> Callable:
-    """Run ``f32_kernel`` on float32 copies of the ``low`` arrays and round floating outputs to ``low``;
-    ``direct`` (the kernel on the arrays as they are) serves ops found to return views."""
+def upcast_kernel(f32_kernel: Callable, direct: Callable, low: np.dtype, op=None) -> Callable:
+    """Run ``f32_kernel`` on float32 copies of the ``low`` arrays and round floating outputs to the
+    dtypes ``op``'s meta rule gives (to ``low`` without ``op``); ``direct`` (the kernel on the arrays
+    as they are) serves ops found to return views."""
     state = {"direct": False}
+    # input dtypes and attributes -> the output dtypes the meta rule gives: the float32 kernel's
+    # results are all float32, so only the meta rule knows which of them are meant to be low
+    wanted: dict = {}
 
     def run(*arrays, **attrs):
         if state["direct"]:
             return direct(*arrays, **attrs)
         ups: dict[int, tuple] = {}  # id(float32 copy) -> (copy, original)
-        args = [_up(a, low, ups) for a in arrays]
+        kept: dict[int, np.ndarray] = {}  # id -> floating input of another dtype, passed as it is
+        args = [_up(a, low, ups, kept) for a in arrays]
         out = f32_kernel(*args, **attrs)
         inplace = attrs.get("inplace") is True
+        targets = _targets(op, arrays, attrs, wanted) if op is not None else None
         if out.__class__ is tuple or out.__class__ is list:
-            res = [_down(o, low, ups, inplace) for o in out]
+            if targets is None or len(targets) != len(out):
+                targets = (None,) * len(out)
+            res = [_down(o, low, ups, inplace, kept, t) for o, t in zip(out, targets)]
             if any(r is _VIEW for r in res):
                 state["direct"] = True
                 return direct(*arrays, **attrs)
             return tuple(res) if out.__class__ is tuple else res
-        r = _down(out, low, ups, inplace)
+        r = _down(out, low, ups, inplace, kept, targets[0] if targets is not None and len(targets) == 1 else None)
         if r is _VIEW:
             state["direct"] = True
             return direct(*arrays, **attrs)
@@ -154,38 +177,117 @@ def upcast_kernel(f32_kernel: Callable, direct: Callable, low: np.dtype) -> Call
 _VIEW = object()  # marker: an output aliases a float32 copy (the op returns a view)
 
 
-def _up(a, low: np.dtype, ups: dict):
+_META_DEVICE = None  # flow.device("cpu"), the device of the metas the adapter builds
+_WANTED_SIZE = 256  # signatures remembered per adapted kernel
+
+
+def _targets(op, arrays: tuple, attrs: dict, wanted: dict):
+    """The NumPy dtype each output should have (None: not floating, or unknown), from ``op``'s meta
+    rule on metas of ``arrays``; remembered per input dtypes and attributes. None when the meta rule
+    cannot tell without data (the outputs are then rounded to the low dtype)."""
+    try:
+        key = (tuple([_dtype_key(a) for a in arrays]), tuple(attrs.items()) if attrs else ())
+        hit = wanted.get(key, _MISSING)
+    except TypeError:  # an unhashable attribute: no caching
+        key, hit = None, _MISSING
+    if hit is not _MISSING:
+        return hit
+    from flow.errors import FlowError
+
+    try:
+        metas = op.meta(*[_meta_of(a) for a in arrays], **attrs)
+    except FlowError:  # e.g. a data-dependent output shape: the meta rule needs the values
+        res = None
+    else:
+        metas = metas if metas.__class__ is tuple or metas.__class__ is list else (metas,)
+        res = tuple(
+            [m.dtype.np if m is not None and getattr(m, "dtype", None) is not None and m.dtype.is_floating_point else None
+             for m in metas]
+        )  # fmt: skip
+    if key is not None:
+        if len(wanted) >= _WANTED_SIZE:
+            wanted.clear()
+        wanted[key] = res
+    return res
+
+
+_MISSING = object()
+
+
+def _dtype_key(a):
+    if a.__class__ is np.ndarray:
+        return a.dtype
+    if a.__class__ is list or a.__class__ is tuple:
+        return tuple([_dtype_key(x) for x in a])
+    if isinstance(a, np.generic):
+        return a.dtype
+    if a is None or isinstance(a, (bool, int, float)):
+        return a.__class__
+    return a  # another non-tensor input: by value (unhashable ones are not cached)
+
+
+def _meta_of(a):
+    """What the meta rule sees of a kernel argument (as the dispatcher gives it: metas for arrays,
+    Python numbers for NumPy scalars)."""
+    global _META_DEVICE
+    if a.__class__ is np.ndarray:
+        if _META_DEVICE is None:
+            from flow._device import device
+
+            _META_DEVICE = device("cpu")
+        from flow._dtype import NP_TO_DTYPE
+        from flow.ops.meta import TensorMeta
+
+        return TensorMeta(tuple(a.shape), NP_TO_DTYPE[a.dtype], _META_DEVICE)
+    if (a.__class__ is list or a.__class__ is tuple) and any(x.__class__ is np.ndarray for x in a):
+        return a.__class__(_meta_of(x) for x in a)
+    if isinstance(a, np.generic):
+        return a.item()
+    return a
+
+
+def _up(a, low: np.dtype, ups: dict, kept: dict):
     if a.__class__ is np.ndarray:
         if a.dtype != low:
+            if a.dtype.kind == "f":
+                kept[id(a)] = a
             return a
         u = to_f32(a)
         ups[id(u)] = (u, a)
         return u
     if a.__class__ is list or a.__class__ is tuple:
-        return a.__class__(_up(x, low, ups) for x in a)
+        return a.__class__(_up(x, low, ups, kept) for x in a)
     if isinstance(a, np.generic) and a.dtype == low:  # a scalar operand of the tensor's dtype
         return np.float32(a)
     return a
 
 
-def _down(o, low: np.dtype, ups: dict, inplace: bool):
+def _down(o, low: np.dtype, ups: dict, inplace: bool, kept: dict, target):
+    """The output ``o`` of the float32 kernel as the op's caller gets it: in ``target`` (the meta
+    rule's dtype; None: ``low`` for a floating output)."""
+    want = low if target is None else target
     if o.__class__ is not np.ndarray:
         if isinstance(o, np.generic) and o.dtype.kind == "f":
-            return np.asarray(o).astype(low)[()]
+            return np.asarray(o).astype(want)[()]
         return o
     hit = ups.get(id(o))
     if hit is not None:  # the kernel handed back an input (updated in place, or unchanged)
         u, orig = hit
         if inplace:
             write_back(orig, u)
-        return orig
+            return orig
+        # unchanged: the input itself, unless the meta rule wants another dtype (then the float32
+        # copy, which nothing else holds, is that output)
+        return orig if want == low or want != u.dtype else u
+    if kept and id(o) in kept:  # an input of another dtype handed back (updated in place, or unchanged)
+        return o
     b = o.base
     while b is not None:
         if id(b) in ups:
             return _VIEW
         b = getattr(b, "base", None)
-    if o.dtype.kind == "f" and o.dtype != low:
-        return from_f32(o, low)
+    if o.dtype.kind == "f" and o.dtype != want:
+        return from_f32(o, want) if want in LOWP else o.astype(want)
     return o
 
 

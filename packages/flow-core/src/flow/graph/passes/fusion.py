@@ -6,8 +6,8 @@ Runs on the whole step (forward, backward and update traced together), after ``d
 * is a connected set of pure elementwise nodes on one device with one iteration shape (every
   member's output has it), of the ops and dtypes the device's fusion rule lists (the
   ``graph_fusion`` table, :mod:`flow.graph.pass_tables`; on the CPU ``add sub mul div neg exp log
-  tanh sigmoid relu gelu where maximum minimum pow``, comparisons, casts, ..., float32/float64
-  values with bool masks inside), with scalar constants baked in;
+  tanh sigmoid relu gelu where maximum minimum pow``, comparisons, casts, ..., float32/float64/
+  bfloat16/float16 values with bool masks inside), with scalar constants baked in;
 * reads its other inputs with NumPy broadcasting (an ``expand`` node in front of a member is
   absorbed: the group reads the small tensor);
 * may end in ``sum``/``mean`` over trailing dims of the iteration shape (``fusion.reductions``);
@@ -34,13 +34,16 @@ from __future__ import annotations
 
 import heapq
 
+import ml_dtypes
 import numpy as np
 
 from flow.graph.ir import Lit, Value, inherit_attrs
 from flow.graph.pass_tables import FUSION_TABLE
 from flow.graph.passes.fused_program import FUSED_OP, FusedProgram
 
-_NUM = (bool, int, float, np.bool_, np.integer, np.floating)
+# scalar literals a program bakes in: a bfloat16 tensor's scalar operands are ml_dtypes scalars,
+# which are not np.floating
+_NUM = (bool, int, float, np.bool_, np.integer, np.floating, ml_dtypes.bfloat16)
 _ELEMENTWISE_EXTRA = frozenset({"where", "cast"})
 
 
