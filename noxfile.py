@@ -5,7 +5,8 @@
 - ``structure``: no Python file over 600 lines, no import cycle in any package (tools/structure.py;
   deferred imports inside functions are reported, not failed on);
 - ``tests(package=...)``: one session per ``packages/*`` with a pyproject: flow-core, then the
-  package with its ``test`` extra, then its ``tests/`` with pytest;
+  package with its ``test`` extra (and the packages of this repository that it or that extra names,
+  from their folders: flow-models' tests use flow-amp), then its ``tests/`` with pytest;
 - ``all_plugins``: every package and example plugin installed together, and flow-core's tests and
   every package's tests run again, so a plugin that breaks the core (or another plugin) shows up;
 - ``dist``: flow-dist's multi-process tests, with MPI (mpi4py on the ``mpich`` wheel): each runs a
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import shutil
 import sys
 import time
@@ -68,6 +70,17 @@ def requirement(project_dir: Path, extra: str = "test") -> str:
     """A pip requirement for a local project, with ``extra`` when the project declares it."""
     path = f"./{project_dir.relative_to(ROOT).as_posix()}"
     return f"{path}[{extra}]" if has_extra(project_dir, extra) else path
+
+
+def local_dependencies(project_dir: Path, extra: str = "test") -> list[Path]:
+    """The folders of this repository's packages other than flow-core that a project requires, itself or
+    through ``extra``. They are not on the package index: a session installs them by path alongside
+    the project (a requirement by path satisfies the name, as the core's wheel satisfies ``flow-core``)."""
+    with open(project_dir / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f).get("project", {})
+    reqs = [*project.get("dependencies", []), *project.get("optional-dependencies", {}).get(extra, [])]
+    names = {re.split(r"[\s\[<>=!~;@]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs}
+    return [ROOT / "packages" / p for p in PACKAGES if p != CORE and p in names]
 
 
 def is_wheel_source(rel: Path) -> bool:
@@ -156,9 +169,9 @@ def structure(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    """One package's tests, with only flow-core and that package installed."""
+    """One package's tests, with only flow-core, that package and the repository packages it names installed."""
     project_dir = ROOT / "packages" / package
-    plugin = [] if package == CORE else [requirement(project_dir)]
+    plugin = [] if package == CORE else [requirement(p) for p in (project_dir, *local_dependencies(project_dir))]
     session.install(core_requirement(session), *plugin, "pytest")
     run_pytest(session, project_dir)
 
@@ -182,6 +195,7 @@ def dist(session: nox.Session) -> None:
         core_requirement(session),
         f"./{project_dir.relative_to(ROOT).as_posix()}[mpi,test]",
         requirement(models_dir),
+        *map(requirement, local_dependencies(models_dir)),
         "pytest",
     )
     session.run("mpiexec", "--version", silent=True)  # fail early, clearly, if MPICH did not install
@@ -214,7 +228,9 @@ def parity(session: nox.Session) -> None:
     projects = [ROOT / "packages" / p for p in PACKAGES]
     with_torch = [(p, torch_test_files(p)) for p in projects]
     with_torch = [(p, files) for p, files in with_torch if files]
-    plugins = [requirement(p) for p, _ in with_torch if p != CORE_DIR]
+    dirs = [p for p, _ in with_torch if p != CORE_DIR]
+    dirs += sorted({d for p in dirs for d in local_dependencies(p)} - set(dirs))
+    plugins = [requirement(p) for p in dirs]
     session.install(core_requirement(session), *plugins, "pytest")
     session.run("python", "-m", "pip", "install", "--quiet", "--only-binary", "torch", "torch==2.13.0")
     for project_dir, files in with_torch:

@@ -77,7 +77,24 @@ def test_sbp_rule_keeps_splits_and_broadcast_but_not_partial_sums():
 
 
 def test_amp_colour_is_one_of_the_policy_colours():
-    assert AMP_COLOR in ("allow", "deny", "infer", "clear")
+    assert AMP_COLOR in ("allow", "deny", "promote", "infer", "clear")
+
+
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
+def test_under_autocast_it_runs_in_the_low_dtype_its_colour_says(low):
+    pytest.importorskip("flow_amp", reason="flow-amp (which reads the amp_color table) is not installed")
+    low = getattr(flow, low)
+    values = np.linspace(-4.0, 4.0, 12).reshape(3, 4)
+    x = flow.tensor(values, dtype=flow.float32, requires_grad=True)
+    with flow.autocast("cpu", dtype=low):
+        y = flow_example_ops.swish(x, beta=1.5)
+    assert y.dtype is low  # "allow": a float32 input is cast down first
+    tol = 2e-2 if low is flow.bfloat16 else 2e-3
+    np.testing.assert_allclose(y.detach().float().numpy(), np_swish(values, 1.5), rtol=tol, atol=tol)
+    y.float().sum().backward()
+    assert x.grad.dtype is flow.float32  # the gradient comes back through the cast
+    np.testing.assert_allclose(x.grad.numpy(), np_swish_grad(values, 1.5), rtol=4 * tol, atol=4 * tol)
+    assert flow_example_ops.swish(x).dtype is flow.float32  # and outside the region, as it came
 
 
 @pytest.mark.parametrize("dtype, tol", [(flow.float32, 1e-6), (flow.float64, 1e-12)])

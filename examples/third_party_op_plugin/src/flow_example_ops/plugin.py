@@ -5,7 +5,7 @@ An op is declared once (schema, meta rule, gradient, samples for
 name in ``flow_register_kernels``, which runs after every plugin has declared
 its ops. ``flow_register_rules`` fills two tables other plugins own: ``"sbp"``
 (flow-dist: the SBP signatures an op supports) and ``"amp_color"`` (flow-amp:
-allow, deny, infer or clear). Where those plugins are not installed the rules
+allow, deny, promote, infer or clear). Where those plugins are not installed the rules
 are queued (``python -m flow plugins`` lists them) and go into the tables as
 soon as a plugin declares them.
 """
@@ -25,7 +25,10 @@ from flow.registry import FLOAT, Attr, schema
 OP_NAME = "example_swish"
 SBP_TABLE = "sbp"  # declared by flow-dist (flow_dist.plugin)
 AMP_TABLE = "amp_color"  # declared by flow-amp (flow_amp.plugin)
-AMP_COLOR = "infer"  # elementwise: run in the dtype its input arrives in (follow the neighbours)
+# Under autocast swish runs in the low-precision dtype even on a float32 input, as a matmul does: its
+# output, and the input it saves for backward, then take half the memory. (An op that should follow
+# its input's dtype says "clear"; one that needs float32, "deny".)
+AMP_COLOR = "allow"
 
 
 def swish_meta(x, beta: float) -> TensorMeta:

@@ -19,6 +19,7 @@ import threading
 from typing import Any, Callable
 
 import flow
+from flow import _dtype as D
 from flow import interceptors
 from flow.errors import FlowError
 from flow_amp import colors as C
@@ -76,6 +77,28 @@ def clear_autocast_cache() -> None:
     _STATE.cache.clear()
 
 
+def _device_type(where: str, device_type) -> str:
+    if not isinstance(device_type, str):
+        raise TypeError(f"{where}: device_type must be a string such as 'cpu' or 'cuda', got {device_type!r}")
+    device_type = device_type.split(":")[0]
+    from flow.registry import REGISTRY
+
+    # cuda is known without flow-cuda, as torch.autocast("cuda") works without a GPU
+    if device_type not in REGISTRY.device_types and device_type not in _DEFAULT_DTYPE:
+        raise FlowError(f"{where}: unknown device type {device_type!r}; known: {sorted(REGISTRY.device_types)}")
+    return device_type
+
+
+def _low_dtype(where: str, dtype) -> flow.dtype:
+    try:
+        dt = D.as_dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{where}: dtype must be flow.bfloat16 or flow.float16, got {dtype!r}") from None
+    if dt.name not in _LOW_DTYPES:
+        raise FlowError(f"{where}: dtype must be flow.bfloat16 or flow.float16, got {dt}")
+    return dt
+
+
 class autocast:
     """Run ops in mixed precision: ``flow.autocast(device_type, dtype=None, enabled=True, cache_enabled=True)``.
 
@@ -83,8 +106,8 @@ class autocast:
     ``flow.float16`` (default: bfloat16 on ``cpu``, float16 on ``cuda``). Regions nest; an inner
     ``autocast(..., enabled=False)`` runs its ops in the dtypes they get. Ops coloured ``allow``
     (matmul, linear, conv2d, einsum) run in ``dtype``; ``deny`` ops (losses, ``prod``) in
-    float32; ``promote`` ops (``cat``, ``stack``) in their widest input dtype; the rest as their
-    inputs come.
+    float32; ``promote`` ops (``cat``, ``stack``) in their widest input dtype; ``infer`` ops
+    (``layer_norm``) in their first input's dtype; the rest as their inputs come.
 
     >>> model = flow.nn.Linear(4, 2)
     >>> with flow.autocast("cpu", dtype=flow.bfloat16):
@@ -94,18 +117,10 @@ class autocast:
     """
 
     def __init__(self, device_type: str, dtype=None, enabled: bool = True, cache_enabled: bool = True) -> None:
-        if not isinstance(device_type, str):
-            raise TypeError(f"autocast: device_type must be a string such as 'cpu' or 'cuda', got {device_type!r}")
-        device_type = device_type.split(":")[0]
-        from flow.registry import REGISTRY
-
-        if device_type not in REGISTRY.device_types and device_type not in _DEFAULT_DTYPE:
-            raise FlowError(f"autocast: unknown device type {device_type!r}; known: {sorted(REGISTRY.device_types)}")
+        device_type = _device_type("autocast", device_type)
         if dtype is None:
             dtype = getattr(flow, _DEFAULT_DTYPE.get(device_type, "bfloat16"))
-        dt = flow.as_dtype(dtype) if not isinstance(dtype, flow.dtype) else dtype
-        if dt.name not in _LOW_DTYPES:
-            raise FlowError(f"autocast: dtype must be flow.bfloat16 or flow.float16, got {dt}")
+        dt = _low_dtype("autocast", dtype)
         self.device_type = device_type
         self.fast_dtype = dt
         self.enabled = bool(enabled)
@@ -215,6 +230,14 @@ def _widest(inputs: tuple):
     return best
 
 
+def _first_float(inputs: tuple):
+    for x in inputs:
+        for y in x if isinstance(x, (list, tuple)) else (x,):
+            if _eligible(y):
+                return y.dtype
+    return None
+
+
 def _intercept(op, inputs: tuple, attrs: dict):
     first = _first_tensor(inputs)
     if first is None:
@@ -227,11 +250,13 @@ def _intercept(op, inputs: tuple, attrs: dict):
     if color == C.CLEAR:
         return NotImplemented
     if color == C.ALLOW:
+        if C.call_color(op.name, color, inputs, attrs) == C.CLEAR:
+            return NotImplemented
         target = mode[1]
     elif color == C.DENY:
         target = flow.float32
-    else:  # promote
-        target = _widest(inputs)
+    else:
+        target = _widest(inputs) if color == C.PROMOTE else _first_float(inputs)
         if target is None:
             return NotImplemented
     if attrs.get("inplace") is True:  # never cast the buffer an update writes into
@@ -260,15 +285,24 @@ def custom_fwd(fwd: Callable | None = None, *, device_type: str = "cpu", cast_in
     under the caller's autocast state. Either way :func:`custom_bwd` runs backward under the
     same state.
     """
+    # checked here, not when forward (or, worse, backward) first runs
+    device_type = _device_type("custom_fwd", device_type)
+    dt = None
+    if cast_inputs is not None:
+        try:
+            dt = D.as_dtype(cast_inputs)
+        except TypeError:
+            dt = None
+        if dt is None or not dt.is_floating_point:
+            raise TypeError(f"custom_fwd: cast_inputs must be a floating-point dtype or None, got {cast_inputs!r}")
     if fwd is None:
-        return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+        return functools.partial(custom_fwd, device_type=device_type, cast_inputs=dt)
 
     @functools.wraps(fwd)
     def run(ctx, *args, **kwargs):
         ctx._amp_state = (is_autocast_enabled(device_type), get_autocast_dtype(device_type))
-        if cast_inputs is None or not is_autocast_enabled(device_type):
+        if dt is None or not is_autocast_enabled(device_type):
             return fwd(ctx, *args, **kwargs)
-        dt = flow.as_dtype(cast_inputs) if not isinstance(cast_inputs, flow.dtype) else cast_inputs
         ctx._amp_state = (False, dt)
 
         def conv(x):
@@ -286,6 +320,7 @@ def custom_fwd(fwd: Callable | None = None, *, device_type: str = "cpu", cast_in
 def custom_bwd(bwd: Callable | None = None, *, device_type: str = "cpu") -> Callable:
     """Decorate the ``backward`` of a custom ``autograd.Function``: it runs under the autocast
     state its forward (decorated with :func:`custom_fwd`) ran under."""
+    device_type = _device_type("custom_bwd", device_type)
     if bwd is None:
         return functools.partial(custom_bwd, device_type=device_type)
 

@@ -1,15 +1,21 @@
 """The AMP colour table: how each op behaves under a mixed-precision policy.
 
-Four colours (the names of NVIDIA's and OneFlow's AMP lists):
+Five colours (the names of NVIDIA's and OneFlow's AMP lists):
 
 ``allow``
     Runs in the low-precision dtype: its floating inputs (except float64) are cast to it
     (matmul, linear, conv2d, einsum).
 ``deny``
-    Keeps float32: low-precision inputs are cast up (losses, ``prod``, optimizer updates).
+    Keeps float32: low-precision inputs are cast up (``cross_entropy``, ``nll_loss``, ``prod``,
+    optimizer updates).
 ``promote``
     Its floating inputs must agree: they are cast to the widest floating dtype among them
-    (``cat``, ``stack``).
+    (``cat``, ``stack``, ``where``).
+``infer``
+    Follows its first floating input (the activation): the other floating inputs (weights,
+    biases) are cast to that input's dtype, so a bfloat16 activation normalised with float32
+    weights gives bfloat16, as PyTorch's mixed-dtype ``layer_norm`` does. For an op with one
+    floating input it is the same as ``clear``.
 ``clear``
     Dtype-transparent: runs in whatever dtype arrives (elementwise ops, reductions, shape ops).
     An op without a colour is ``clear``; PyTorch's autocast treats such ops the same way.
@@ -21,11 +27,13 @@ registered before flow-amp loads (or when it is not installed) is queued by the 
     @hookimpl
     def flow_register_rules(registry):
         registry.register_rule("amp_color", "my_matmul", "allow")
-        registry.register_rule("amp_color", "my_norm", {"cpu": "clear", "cuda": "deny"})
+        registry.register_rule("amp_color", "my_norm", {"cpu": "infer", "cuda": "deny"})
 
 A rule is a colour name, or a dict from device type to colour (``"default"`` for the others):
 the default colours follow ``torch.autocast`` for each device type, which differ between CPU
 and CUDA (on CUDA softmax, layer norm, exp, log ... stay float32; on CPU they follow the input).
+A rule that is neither raises :class:`~flow.errors.FlowError` naming the op when it is first
+used (by autocast or the graph pass).
 """
 
 from __future__ import annotations
@@ -37,13 +45,26 @@ TABLE = "amp_color"
 ALLOW = "allow"
 DENY = "deny"
 PROMOTE = "promote"
+INFER = "infer"
 CLEAR = "clear"
-COLORS = (ALLOW, DENY, PROMOTE, CLEAR)
+COLORS = (ALLOW, DENY, PROMOTE, INFER, CLEAR)
 
-# "infer" is accepted as another spelling of clear: an op that follows its inputs' dtype.
-_ALIASES = {"infer": CLEAR, "white": ALLOW, "black": DENY, "gray": CLEAR, "grey": CLEAR}
+# OneFlow's and TensorFlow's names for the same lists
+_ALIASES = {"white": ALLOW, "black": DENY, "gray": INFER, "grey": INFER}
 
-__all__ = ["TABLE", "ALLOW", "DENY", "PROMOTE", "CLEAR", "COLORS", "core_colors", "color_of", "check_rule"]
+__all__ = [
+    "TABLE",
+    "ALLOW",
+    "DENY",
+    "PROMOTE",
+    "INFER",
+    "CLEAR",
+    "COLORS",
+    "core_colors",
+    "color_of",
+    "check_rule",
+    "call_color",
+]
 
 # flow-core ops by colour, as torch.autocast colours their ATen counterparts. The backward ops the
 # graph pass sees take their forward op's colour, so a traced step computes each gradient in the
@@ -52,7 +73,6 @@ __all__ = ["TABLE", "ALLOW", "DENY", "PROMOTE", "CLEAR", "COLORS", "core_colors"
 _LOW = ("matmul", "linear", "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "einsum")
 _FP32 = (
     "prod",
-    "cumprod",
     "binary_cross_entropy",
     "cross_entropy",
     "cross_entropy_backward",
@@ -69,9 +89,10 @@ _FP32 = (
     "amp_unscale",
     "amp_update_scale",
 )
-# layer_norm: flow's kernel wants the weight in the input's dtype; promoting runs a normalisation of
-# a low-precision activation with float32 weights in float32 (as autocast on CUDA does anyway).
-_PROMOTE = ("cat", "stack", "where", "layer_norm", "layer_norm_backward")
+_PROMOTE = ("cat", "stack", "where")
+# flow's layer_norm kernel wants its weight in the input's dtype; casting the weight to the
+# activation's dtype gives the dtype PyTorch's CPU kernel gives for mixed inputs (its input's).
+_INFER = ("layer_norm", "layer_norm_backward")
 # On CUDA torch.autocast also keeps these in float32 (their low-precision kernels lose too much).
 _FP32_CUDA = (
     "acos",
@@ -92,6 +113,9 @@ _FP32_CUDA = (
     "norm",
     "sum",
     "cumsum",
+    "cumprod",  # on the CPU PyTorch keeps prod in float32, but cumprod follows its input
+    "layer_norm",
+    "layer_norm_backward",
     "softmax",
     "softmax_backward",
     "log_softmax",
@@ -110,6 +134,8 @@ def core_colors() -> dict[str, object]:
         rules[name] = DENY
     for name in _PROMOTE:
         rules[name] = PROMOTE
+    for name in _INFER:
+        rules[name] = INFER
     for name in _FP32_CUDA:
         rules[name] = {"cuda": DENY, "default": rules.get(name, CLEAR)}
     return rules
@@ -142,3 +168,36 @@ def color_of(rule: object, device_type: str) -> str:
     if isinstance(rule, dict):
         rule = rule.get(device_type, rule.get("default", CLEAR))
     return _ALIASES.get(rule, rule)
+
+
+# -- colours that depend on the call ---------------------------------------------------------------
+def _einsum_color(inputs: tuple, attrs: dict) -> str:
+    """``allow`` for an einsum that contracts (sums an index two operands share), else ``clear``.
+
+    PyTorch's einsum is not one op to its autocast: only the batched matrix products it
+    decomposes into run low, so a transpose, trace or diagonal (one operand) or an outer or
+    elementwise product (nothing summed across operands) keeps its input's dtype.
+    ``flow.einsum`` hands the op the explicit equation (letters only, with ``->``).
+    """
+    lhs, _, out = str(attrs.get("equation", "")).partition("->")
+    terms = lhs.split(",")
+    if len(terms) < 2:
+        return CLEAR
+    for c in set(lhs) - set(out) - {","}:
+        if sum(c in t for t in terms) >= 2:
+            return ALLOW
+    return CLEAR
+
+
+# op name -> fn(inputs, attrs) -> colour, consulted (by eager autocast) only when the table says
+# ``allow``: it narrows an op that is a matrix product for some calls and not for others.
+_BY_CALL = {"einsum": _einsum_color}
+
+
+def call_color(name: str, color: str, inputs: tuple, attrs: dict) -> str:
+    """The colour of one call of op ``name`` whose table colour is ``color``."""
+    if color == ALLOW:
+        fn = _BY_CALL.get(name)
+        if fn is not None:
+            return fn(inputs, attrs)
+    return color

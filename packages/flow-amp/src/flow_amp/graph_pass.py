@@ -10,6 +10,8 @@ using the same colour table (:mod:`flow_amp.colors`):
 * ``deny`` nodes (losses, ``prod``, the optimizer updates and loss-scaling ops) read float32: the
   loss is computed in float32, gradients reach the optimizer in float32 and the master weights
   and optimizer states never leave float32;
+* ``infer`` nodes (``layer_norm``) read their other floating inputs (weights) in the dtype of
+  the first (the activation);
 * ``promote`` nodes, and ``clear`` nodes whose floating inputs disagree, read the widest dtype
   among their inputs (eager type promotion); other ``clear`` nodes run in whatever arrives, which
   is how the low-precision region grows from the allow nodes through elementwise ops, reshapes
@@ -129,6 +131,8 @@ def _target(node, color: str, floats: list, low):
     dtypes = {v.dtype for v in floats}
     if len(dtypes) < 2:
         return None
+    if color == C.INFER:  # the weights follow the activation (the first floating input)
+        return floats[0].dtype
     if color == C.CLEAR and _accepts(node):
         # as in eager autocast, a clear op gets its inputs as they come and promotes them itself
         return None
@@ -153,7 +157,7 @@ def amp_pass(ir, config):
     table = REGISTRY.tables.get(C.TABLE)
     rules = {}  # (op name, device type) -> colour
     caster = _Caster(ir)
-    colours = {C.ALLOW: 0, C.DENY: 0, C.PROMOTE: 0}
+    colours = {C.ALLOW: 0, C.DENY: 0, C.PROMOTE: 0, C.INFER: 0}
     for node in list(ir.nodes):
         if node.tags.get("amp") == "cast":
             continue
@@ -164,6 +168,7 @@ def amp_pass(ir, config):
             if rule is not None:
                 C.check_rule(node.name, rule)
             color = rules[key] = C.color_of(rule, key[1])
+        color = C.call_color(node.name, color, (), node.attrs)  # einsum: low only when it contracts
         flat = list(node.input_values())
         dests = set(node.inplace.values())
         floats = [v for v in flat if _eligible(v)]
@@ -200,11 +205,13 @@ def amp_pass(ir, config):
         "allow": colours[C.ALLOW],
         "deny": colours[C.DENY],
         "promote": colours[C.PROMOTE],
+        "infer": colours[C.INFER],
         "state_casts": updates_cast,
     }
     notes = ir.meta.setdefault("pass_notes", {})
     notes["amp"] = (
-        f"{low.name}: {colours[C.ALLOW]} allow, {colours[C.DENY]} deny, {colours[C.PROMOTE]} promote nodes; "
+        f"{low.name}: {colours[C.ALLOW]} allow, {colours[C.DENY]} deny, {colours[C.PROMOTE]} promote, "
+        f"{colours[C.INFER]} infer nodes; "
         f"{caster.count} casts inserted"
     )
     return ir

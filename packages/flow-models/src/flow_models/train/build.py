@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import inspect
 import math
 
 import flow
 from flow_models import registry as zoo
 from flow_models.data.base import DatasetSplits
+from flow_models.train.amp import check_amp
 from flow_models.train.config import TrainConfig, TrainError
 
 __all__ = [
@@ -73,28 +72,7 @@ def check_features(cfg: TrainConfig) -> None:
         raise TrainError(
             "--graph needs graph mode (flow.nn.Graph), which this flow-core does not have yet; train with --eager"
         )
-    if cfg.amp is not None:
-        if importlib.util.find_spec("flow_amp") is None:
-            raise TrainError("--amp needs the flow-amp plugin (pip install flow-amp), which is not installed")
-        if not cfg.graph:
-            autocast_context(cfg)
-
-
-AMP_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-
-
-def autocast_context(cfg: TrainConfig):
-    """A factory of autocast contexts for eager steps (PyTorch's ``autocast(device_type, dtype=...)``)
-    from the flow-amp plugin, or a TrainError naming what is missing."""
-    mod = importlib.import_module("flow_amp")
-    fn = getattr(mod, "autocast", None) or getattr(flow, "autocast", None)
-    if fn is None:
-        raise TrainError(
-            "--amp needs autocast from the flow-amp plugin, and the installed flow-amp does not provide it yet"
-        )
-    dtype = getattr(flow, AMP_DTYPES[cfg.amp])
-    device_type = cfg.device.split(":")[0]
-    return lambda: fn(device_type, dtype=dtype)
+    check_amp(cfg)
 
 
 def dataset_kwargs(cfg: TrainConfig, factory) -> dict:

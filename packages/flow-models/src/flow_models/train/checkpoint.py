@@ -1,7 +1,8 @@
 """flow-train's checkpoints: one safetensors file written atomically by :func:`flow.save`.
 
 It holds everything needed to continue exactly where training stopped: the model's and
-optimizer's state, the learning-rate scheduler, flow's random-number state, the position in
+optimizer's state (float32 whatever ``--amp`` was: the master weights), the learning-rate
+scheduler, the loss scaler of an ``--amp fp16`` run, flow's random-number state, the position in
 training (epoch, step within the epoch, global step), the settings of the run, the model's
 config (to rebuild it without the data) and what the data told the model (the tokenizer of a
 language model, class names), so that ``flow-generate`` can sample from it on its own.
@@ -35,6 +36,7 @@ def save_checkpoint(
     model_config: dict,
     data: dict,
     best: dict | None = None,
+    grad_scaler: dict | None = None,
 ) -> None:
     state = {
         "format": FORMAT,
@@ -50,6 +52,7 @@ def save_checkpoint(
         "model_config": model_config,
         "data": data,
         "best": best or {},
+        "grad_scaler": grad_scaler or {},  # empty: no loss scaling (float32, bf16)
     }
     flow.save(state, path, metadata={"flow-train.format": FORMAT})
 

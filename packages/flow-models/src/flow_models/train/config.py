@@ -50,7 +50,7 @@ class TrainConfig:
     max_steps: int | None = None  # stop after this many optimizer steps in total (short runs, smoke tests)
     eval_batches: int | None = None  # evaluate on at most this many test batches
     graph: bool = False
-    amp: str | None = None
+    amp: str = "none"  # "bf16" / "fp16": mixed precision through flow-amp (flow_models.train.amp)
     device: str = "cpu"
     output: str = "runs/{model}-{dataset}"
     resume: str | None = None

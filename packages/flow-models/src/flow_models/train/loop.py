@@ -13,13 +13,13 @@ import math
 import os
 import sys
 import time
-from contextlib import nullcontext
 
 import numpy as np
 
 import flow
 from flow.utils.data import DataLoader, DataLoaderWorkerError, Sampler
 from flow_models.train import build, parallel
+from flow_models.train.amp import MixedPrecision
 from flow_models.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from flow_models.train.config import TrainConfig, TrainError
 from flow_models.train.interrupt import Interrupt
@@ -126,12 +126,12 @@ class Trainer:
             os.makedirs(self.out_dir, exist_ok=True)
             remove_stale_temps(self.out_dir)
         self.checkpoint_path = os.path.join(self.out_dir, CHECKPOINT_NAME)
+        self.amp = MixedPrecision(cfg.amp, cfg.device)
         if self.resumed:
             self._restore(self.resumed)
         self.metrics = MetricsLog(
             os.path.join(self.out_dir, "metrics.jsonl"), self.global_step if self.resumed else None, write=self.main
         )
-        self._autocast = build.autocast_context(cfg) if cfg.amp and not cfg.graph else None
         self._graph_step = self._make_graph_step() if cfg.graph else None
 
     # -- state ----------------------------------------------------------------------------------------
@@ -143,6 +143,7 @@ class Trainer:
             raise TrainError(f"checkpoint '{self.cfg.resume}' does not fit this model/optimizer: {e}") from None
         if st.get("scheduler"):
             self.scheduler.load_state_dict(st["scheduler"])
+        self.amp.load_state_dict(st.get("grad_scaler"))
         flow.set_rng_state(st["rng"])
         self.epoch, self.step_in_epoch = st["epoch"], st["step_in_epoch"]
         self.global_step = st["global_step"]
@@ -171,28 +172,26 @@ class Trainer:
             model_config=build.model_config_dict(self.model),
             data=data,
             best=self.best,
+            grad_scaler=self.amp.state_dict(),
         )
         return self.checkpoint_path
 
     # -- steps ----------------------------------------------------------------------------------------
     def _make_graph_step(self):
         """The training step compiled with flow.nn.Graph (the scheduler stays on the host: the graph reads the lr)."""
-        task, model, optimizer = self.task, self.model, self.optimizer
+        task, model, optimizer, amp = self.task, self.model, self.optimizer, self.amp
         if self.cfg.grad_clip:
             self.log(
                 f"flow-train: note: --grad-clip {self.cfg.grad_clip:g} is not applied in graph mode "
                 "(gradients stay inside the compiled step)"
             )
 
-        amp_dtype = getattr(flow, build.AMP_DTYPES[self.cfg.amp]) if self.cfg.amp else None
-
         class TrainStep(flow.nn.Graph):
             def __init__(self) -> None:
                 super().__init__()
                 self.model = model
                 self.add_optimizer(optimizer)
-                if amp_dtype is not None:  # the AMP graph pass of flow-amp
-                    self.config.enable_amp(True, dtype=amp_dtype)
+                amp.configure_graph(self)  # the AMP graph pass of flow-amp (and the loss scaler for fp16)
 
             def build(self, *batch):
                 loss, _ = task.loss(self.model, list(batch))
@@ -206,22 +205,25 @@ class Trainer:
         if self._graph_step is not None:
             loss = self._graph_step(*batch)
         else:
-            with self._autocast() if self._autocast else nullcontext():
+            with self.amp.autocast():
                 loss, n = self.task.loss(self.train_model, batch)
             self.optimizer.zero_grad()
-            loss.backward()
+            self.amp.backward(loss)
             if self.cfg.grad_clip:
+                self.amp.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
                 flow.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-            self.optimizer.step()
+            self.amp.step(self.optimizer)
         self.scheduler.step()
         value = float(loss.item())
         if self.world > 1:  # each rank's loss is its share's mean: the step's is their mean
             value = parallel.mean_over_ranks(value)
             n *= self.world
         if not math.isfinite(value):
+            # loss scaling guards the gradients, not the forward pass: float16 activations can overflow
+            hint = ", or --amp bf16 (float32's range)" if self.cfg.amp == "fp16" else ""
             raise TrainError(
                 f"the loss became {value} at step {self.global_step + 1}; try a lower --lr "
-                f"(now {self.cfg.lr}) or --grad-clip"
+                f"(now {self.cfg.lr}) or --grad-clip{hint}"
             )
         return value, n
 
@@ -229,7 +231,7 @@ class Trainer:
         self.model.eval()
         state = self.task.new_state()
         seen = 0
-        with flow.no_grad():
+        with flow.no_grad(), self.amp.autocast():  # the metrics of the model as it trains: in mixed precision
             for k, batch in enumerate(self.test_loader):
                 if self.cfg.eval_batches is not None and k >= self.cfg.eval_batches:
                     break
@@ -255,6 +257,7 @@ class Trainer:
             f"training {cfg.model} ({_count(self.model)} parameters) on {self.splits.describe()}; "
             f"{cfg.epochs} epochs of {self.steps_per_epoch} steps, batch {cfg.batch_size}, "
             f"{cfg.optimizer} lr {cfg.lr:g}, device {cfg.device}, {'graph' if cfg.graph else 'eager'} mode"
+            + (f", amp {cfg.amp}" if self.amp.enabled else "")
         )
         self.model.train()
         stopped = None
@@ -332,6 +335,7 @@ class Trainer:
                             "loss": float(np.mean(logged)),
                             "lr": self.scheduler.get_last_lr()[0],
                             "samples_per_s": rate,
+                            **self.amp.record(),
                         }
                     )
                     logged = []
@@ -384,6 +388,7 @@ class Trainer:
             "model": self.cfg.model,
             "dataset": self.splits.name,
             "task": self.splits.task,
+            "amp": self.cfg.amp,
             "epochs": self.epoch,
             "steps": self.global_step,
             "seconds": round(seconds, 2),

@@ -23,6 +23,7 @@ __all__ = [
     "OPTIMIZERS",
     "SCHEDULERS",
     "AMP_DTYPES",
+    "AMP_CHOICES",
     "MAX_SEED",
     "parse_assignment",
     "SettingError",
@@ -31,7 +32,8 @@ __all__ = [
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULERS = ("constant", "cosine")
-AMP_DTYPES = ("bf16", "fp16")
+AMP_DTYPES = ("bf16", "fp16")  # the low-precision dtypes of --amp
+AMP_CHOICES = (*AMP_DTYPES, "none")  # "none" (also "off"): float32 throughout, the default
 MAX_SEED = 2**64 - 1  # seeds are 64-bit keys of the Philox generator that orders the samples
 MAX_WORKERS = 256  # more DataLoader processes than any machine gains from; a typo (-n 1000) would fork-bomb
 OUTPUT_FIELDS = ("model", "dataset")
@@ -47,9 +49,9 @@ class Setting:
     """One setting of flow-train: the TrainConfig field ``name`` and the flag ``--name-with-dashes``.
 
     ``kind`` is int, float, str, bool or dict; ``low`` / ``high`` bound numbers (``*_open``: the bound
-    itself excluded); ``choices`` lists the values of a str; ``optional``: ``None`` means unset;
-    ``rule`` is an extra check returning what is wrong, value included (or None); ``rule_doc`` says the
-    rule in ``--help``.
+    itself excluded); ``choices`` lists the values of a str, ``aliases`` pairs other spellings with one
+    of them (``("off", "none")``); ``optional``: ``None`` means unset; ``rule`` is an extra check
+    returning what is wrong, value included (or None); ``rule_doc`` says the rule in ``--help``.
     """
 
     name: str
@@ -60,6 +62,7 @@ class Setting:
     high: float | None = None
     high_open: bool = False
     choices: tuple[str, ...] | None = None
+    aliases: tuple[tuple[str, str], ...] = ()  # pairs, not a dict: a frozen Setting stays hashable
     optional: bool = False
     rule: Callable[[Any], str | None] | None = None
     rule_doc: str = ""
@@ -71,7 +74,8 @@ class Setting:
     def describe(self) -> str:
         """What the setting accepts, in words: ``an integer >= 1``, ``one of sgd, adam, adamw``."""
         if self.choices:
-            return f"one of {', '.join(self.choices)}"
+            also = "".join(f"; {a} means {c}" for a, c in self.aliases)
+            return f"one of {', '.join(self.choices)}{also}"
         noun = {
             int: "an integer",
             float: "a number",
@@ -96,6 +100,8 @@ class Setting:
                 return None
             raise SettingError(f"must be {self.describe()}, got nothing")
         converted = _CONVERT[self.kind](value)
+        if self.aliases and isinstance(converted, str):
+            converted = dict(self.aliases).get(converted, converted)
         if converted is _BAD:
             raise SettingError(f"must be {self.describe()}, got {_show(value)}")
         if self.choices and converted not in self.choices:
@@ -268,7 +274,13 @@ SETTINGS: dict[str, Setting] = {
         _S("eval_batches", int, "evaluate on at most this many test batches", low=1, optional=True),
         _S("seed", int, "seed of the initial weights and of the sample order", low=0, high=MAX_SEED),
         _S("graph", bool, "compile the training step with flow.nn.Graph"),
-        _S("amp", str, "mixed precision (needs the flow-amp plugin)", choices=AMP_DTYPES, optional=True),
+        _S(
+            "amp",
+            str,
+            "mixed precision: the forward pass in bfloat16 or float16, float32 master weights (needs flow-amp)",
+            choices=AMP_CHOICES,
+            aliases=(("off", "none"),),
+        ),
         _S(
             "device",
             str,
