@@ -208,6 +208,7 @@ def test_pipeline_runs_every_pass_and_logs_op_counts():
     log = []
     want = _execute(ir, flow.ones(3))
     ir = run_pipeline(ir, GraphConfig(), log, keep_text=True)
+    log = [r for r in log if r.ran]  # plugins' passes (amp where flow-amp is installed) are off by default
     assert [r.name for r in log][:5] == ["trace", "constant_folding", "simplify", "cse", "dce"]
     assert log[0].nodes > log[-1].nodes
     assert "op counts" in log[2].text

@@ -55,19 +55,22 @@ def _module_to_global(m, placement, sbp):
 
 @pytest.fixture
 def without_dist():
-    """Where flow-dist is installed (the all-plugins session) it provides these names: take it away
-    for the test, and give it back after."""
+    """Where flow-dist and flow-amp are installed (the all-plugins session) they provide these names:
+    take them away for the test, and give them back after."""
     from flow.plugins.manager import ensure_loaded, get_plugin_manager
 
     ensure_loaded()
-    mod = get_plugin_manager().get_plugin("dist")
-    if mod is not None:
-        flow.plugins.unregister("dist")
+    removed = []
+    for name in ("dist", "amp"):
+        mod = get_plugin_manager().get_plugin(name)
+        if mod is not None:
+            flow.plugins.unregister(name)
+            removed.append((name, mod))
     try:
         yield
     finally:
-        if mod is not None:
-            flow.plugins.register(mod, name="dist")
+        for name, mod in removed:
+            flow.plugins.register(mod, name=name)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ flow finds it through the ``flow.plugins`` entry point ``amp`` (module :mod:`flo
 once installed, ``flow.amp`` is this module and ``flow.autocast`` its :class:`autocast`.
 """
 
+from flow_amp import debug  # flow.amp.debug.compare: where mixed precision loses accuracy
 from flow_amp.autocast import (
     autocast,
     clear_autocast_cache,

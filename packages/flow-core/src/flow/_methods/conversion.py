@@ -62,7 +62,12 @@ class ConversionMethods:
         return self.to(dtype)
 
     def type_as(self, other):
-        return self.to(other.dtype)
+        """This tensor in ``other``'s dtype (itself when it has it already); only the dtype of
+        ``other`` is read. Recorded as the ``cast_like`` op, so a traced graph keeps "in the dtype of
+        ``other``" when a pass changes ``other``'s dtype (AMP)."""
+        from flow.ops.conversion import cast_like
+
+        return cast_like(self, other)
 
     def cpu(self):
         return self.to("cpu")

@@ -7,15 +7,22 @@ built (``create_graph=True``) it is written with flow ops instead, so gradients
 of any order work. ``layer_norm_backward``'s own gradient is written with flow
 ops too. Batch/group/instance/RMS norms are composites in
 :mod:`flow.nn.functional.normalization`.
+
+Mixed precision, as PyTorch's mixed-type layer norm: a bfloat16 / float16 input may come with
+float32 ``weight`` / ``bias``; the output has the input's dtype, the statistics accumulate in float32
+(on the CPU the float32 kernel runs, :mod:`flow.backends.cpu.lowp`), and ``layer_norm_backward``
+gives ``grad_input`` in the input's dtype and ``grad_weight`` / ``grad_bias`` in the weight's.
 """
 
 from __future__ import annotations
 
+from flow import _dtype as D
 from flow._dispatch import call
 from flow.autograd.grad_mode import STATE
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
+from flow.ops.conversion import cast_like
 from flow.registry.ops import FLOAT, Attr
 
 _ATTRS = [Attr("normalized_shape", tuple, items=int), Attr("eps", float, 1e-5)]
@@ -33,9 +40,13 @@ def _check_affine(op, x, t, arg, nshape):
         return
     if tuple(t.shape) != nshape:
         raise OpError(op, f"'{arg}' must have shape {nshape} (normalized_shape), got {tuple(t.shape)}")
-    if t.dtype != x.dtype:
-        raise OpTypeError(op, f"'{arg}' must have the input's dtype {x.dtype}, got {t.dtype}")
+    if t.dtype != x.dtype and not (t.dtype is D.float32 and x.dtype in _LOWP):
+        also = " (or float32, for a bfloat16 / float16 input)" if x.dtype.is_floating_point else ""
+        raise OpTypeError(op, f"'{arg}' must have the input's dtype {x.dtype}{also}, got {t.dtype}")
     M.check_same_device(op, x, t)
+
+
+_LOWP = (D.bfloat16, D.float16)
 
 
 def _check_shape(op, x, nshape):
@@ -74,10 +85,11 @@ def _lnb_meta(g, x, weight=None, normalized_shape=(), eps=1e-5):
             op, f"'grad_output' must match the input ({tuple(x.shape)} {x.dtype}), got {tuple(g.shape)} {g.dtype}"
         )
     dev = M.check_same_device(op, g, x)
+    pdt = x.dtype if weight is None else weight.dtype  # the parameters' gradients in their dtype
     return (
         M.TensorMeta(tuple(x.shape), x.dtype, dev),
-        M.TensorMeta(nshape, x.dtype, dev),
-        M.TensorMeta(nshape, x.dtype, dev),
+        M.TensorMeta(nshape, pdt, dev),
+        M.TensorMeta(nshape, pdt, dev),
     )
 
 
@@ -104,13 +116,13 @@ def _lead_sum(t, nlead: int):
     return t.sum(tuple(range(nlead))) if nlead else t
 
 
-def _ln_grad_composite(g, x, w, dims, eps, need):
+def _ln_grad_composite(g, x, w, b, dims, eps, need):
     xh, r = _stats(x, dims, eps)
-    gh = g if w is None else g * w
+    gh = g if w is None else g * cast_like(w, x)  # a float32 weight of a low-precision input
     nlead = x.ndim - len(dims)
     dx = r * _proj(gh, xh, dims) if need[0] else None
-    dw = _lead_sum(g * xh, nlead) if need[1] else None
-    db = _lead_sum(g, nlead) if need[2] else None
+    dw = cast_like(_lead_sum(g * xh, nlead), w) if need[1] else None
+    db = cast_like(_lead_sum(g, nlead), b) if need[2] else None
     return dx, dw, db
 
 
@@ -123,8 +135,10 @@ def _ln_grad(ctx, g):
         b is not None and ctx.next[2][0] is not None,
     )
     if STATE.grad_enabled:  # building a graph of the gradient: differentiable composite
-        return _ln_grad_composite(g, x, w, _dims(x.ndim, len(nshape)), eps, need)
+        return _ln_grad_composite(g, x, w, b, _dims(x.ndim, len(nshape)), eps, need)
     dx, dw, db = call(LAYER_NORM_BACKWARD, g, x, w, normalized_shape=nshape, eps=eps)
+    if need[2] and db.dtype is not b.dtype:  # no weight: grad_bias came in the input's dtype
+        db = db.to(b.dtype)
     return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None)
 
 
@@ -137,12 +151,14 @@ def _lnb_grad(ctx, a, bw, bb):
     k = float(_numel(nshape))
     xh, r = _stats(x, dims, eps)
     pa = _proj(a, xh, dims)
-    gh = g if w is None else g * w
+    wl = None if w is None else cast_like(w, x)  # a float32 weight of a low-precision input
+    bw, bb = cast_like(bw, x), cast_like(bb, x)  # cotangents of the weight's gradients: its dtype
+    gh = g if w is None else g * wl
     dg = dx = dw = None
     if ctx.next[0][0] is not None:
-        dg = (r * pa if w is None else w * r * pa) + bw * xh + bb
+        dg = (r * pa if w is None else wl * r * pa) + bw * xh + bb
     if w is not None and ctx.next[2][0] is not None:
-        dw = _lead_sum(g * r * pa, nlead)
+        dw = cast_like(_lead_sum(g * r * pa, nlead), w)
     if ctx.next[1][0] is not None:
         f = (gh * r * pa).sum(dims, keepdim=True)
         p = (a * xh).sum(dims, keepdim=True)
@@ -202,7 +218,7 @@ def _lnb_kernel(xp):
     def run(g, x, w, normalized_shape=(), eps=1e-5):
         dt = x.dtype
         if x.size == 0:
-            z = xp.zeros(normalized_shape, dt)
+            z = xp.zeros(normalized_shape, dt if w is None else w.dtype)
             return xp.zeros_like(x), z, z.copy()
         x2, g2 = _rows(x, normalized_shape), _rows(g, normalized_shape)
         xh, rstd = _np_stats(xp, x2, eps)
@@ -211,10 +227,11 @@ def _lnb_kernel(xp):
         dx = rstd * (gh - gh.mean(axis=1, keepdims=True) - xh * (gh * xh).mean(axis=1, keepdims=True))
         dw = (g2 * xh).sum(axis=0)
         db = g2.sum(axis=0)
+        pdt = dt if w is None else w.dtype  # a float32 weight of a low-precision input: float32
         return (
             dx.reshape(x.shape).astype(dt, copy=False),
-            dw.reshape(normalized_shape).astype(dt, copy=False),
-            db.reshape(normalized_shape).astype(dt, copy=False),
+            dw.reshape(normalized_shape).astype(pdt, copy=False),
+            db.reshape(normalized_shape).astype(pdt, copy=False),
         )
 
     return run
@@ -234,7 +251,7 @@ def native_kernels(native) -> dict:
 
     def lnb(g, x, w, normalized_shape=(), eps=1e-5):
         if x.size == 0:
-            z = np.zeros(normalized_shape, x.dtype)
+            z = np.zeros(normalized_shape, x.dtype if w is None else w.dtype)
             return np.zeros_like(x), z, z.copy()
         x2, g2 = _rows(x, normalized_shape), _rows(g, normalized_shape)
         _, mean, rstd = native.layer_norm_forward(x2, None, None, eps)
@@ -279,6 +296,14 @@ def _ln_errors(lead, extra_args=()):
     )
     yield ErrorInput((*lead, x, S.uniform((4,)), *extra_args), at, OpError, "'weight' must have shape (5,)")
     yield ErrorInput((*lead, x, S.uniform((5,)).float(), *extra_args), at, OpTypeError, "'weight' must have the")
+    # only a bfloat16 / float16 input takes float32 parameters
+    xf = x.float()
+    lead_f = tuple(t.float() for t in lead)
+    yield ErrorInput((*lead_f, xf, S.uniform((5,)), *extra_args), at, OpTypeError, "'weight' must have the")
+    yield ErrorInput((*lead_f, xf, w.bfloat16(), *extra_args), at, OpTypeError, "'weight' must have the")
+    xb = x.bfloat16()
+    lead_b = tuple(t.bfloat16() for t in lead)
+    yield ErrorInput((*lead_b, xb, w.half(), *extra_args), at, OpTypeError, "'weight' must have the")
     yield ErrorInput((*lead, x, w, *extra_args), {**at, "eps": -1e-5}, OpError, "'eps' must be non-negative")
 
 
@@ -294,6 +319,14 @@ def _ln_samples():
     yield SampleInput((S.uniform((2, 3, 4), seed=7), None, None), {"normalized_shape": (4,), "eps": 1e-3})
     yield SampleInput((S.uniform((4,), seed=8), S.uniform((4,), seed=9), None), {"normalized_shape": (4,), "eps": 1e-5})
     yield SampleInput((S.uniform((0, 4), seed=8), None, None), {"normalized_shape": (4,), "eps": 1e-5})
+    for low in _LOWP:  # mixed precision: a low-precision input, float32 parameters (dtypes as given)
+        yield SampleInput(
+            (S.uniform((3, 5), seed=1).to(low), S.uniform((5,), seed=2).float(), S.uniform((5,), seed=3).float()),
+            {"normalized_shape": (5,), "eps": 1e-5},
+            dtypes=(None,),
+            rtol=1e-2,
+            atol=1e-2,
+        )
     yield from _ln_errors((), (None,))
     yield ErrorInput(
         (S.uniform((3, 5)), None, S.uniform((3,))),
@@ -315,6 +348,14 @@ def _lnb_samples():
     yield SampleInput(
         (S.uniform((2, 3, 4), seed=7), S.uniform((2, 3, 4), seed=8), None), {"normalized_shape": (4,), "eps": 1e-3}
     )
+    for low in _LOWP:
+        yield SampleInput(
+            (S.uniform((3, 5), seed=1).to(low), S.uniform((3, 5), seed=2).to(low), S.uniform((5,), seed=3).float()),
+            {"normalized_shape": (5,), "eps": 1e-5},
+            dtypes=(None,),
+            rtol=2e-2,
+            atol=2e-2,
+        )
     yield from _ln_errors((S.uniform((3, 5), seed=3),))
     yield ErrorInput(
         (S.uniform((3, 4)), S.uniform((3, 5)), None),

@@ -1,11 +1,13 @@
 """SBP rules of the movement and shape ops: which logical dim a split lands on.
 
-Copies and casts keep any layout. ``permute`` moves the split with its dim; ``expand`` keeps a
+Copies and casts keep any layout (``cast_like``'s second input, read only for its dtype, any
+layout). ``permute`` moves the split with its dim; ``expand`` keeps a
 split of a dim it does not grow; ``reshape`` keeps a split of a dim that survives (the products
 of the dims before it agree, and its length is kept, or is merged or divided in a way the
 pieces still line up: every piece a whole number of the rows that follow); indexing keeps splits
-of dims it takes whole; ``cat``/``stack``/``split``/``unbind`` keep splits of other dims. All of
-them are linear, so partial sums pass through (a pad only with zeros).
+of dims it takes whole; ``cat``/``stack``/``split``/``unbind`` keep splits of other dims. They
+are linear, so partial sums pass through (a pad only with zeros; not ``cast_like``, whose rule
+cannot see the dtype it casts to).
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ def _local_shape(attrs, in_shapes, out_shapes):
 
 def copy_like(ctx: RuleContext) -> list:
     return same_layout(ctx, partial=ctx.op.name != "cast" or "float" in str(ctx.attr("dtype", "")))
+
+
+def cast_like(ctx: RuleContext) -> list:
+    """``x``'s layout passes through; ``other`` is read only for its dtype, so any layout of it
+    will do. No partial sums: a rule does not see dtypes, and rounding each rank's partial piece
+    to an integer dtype is not the rounding of their sum."""
+    return same_layout(ctx, partial=False)
 
 
 def permute(ctx: RuleContext) -> list:
@@ -248,6 +257,7 @@ RULES = {
     "clone": copy_like,
     "contiguous": copy_like,
     "cast": copy_like,
+    "cast_like": cast_like,
     "permute": permute,
     "expand": expand,
     "reshape": reshape,

@@ -200,10 +200,7 @@ def _targets(op, arrays: tuple, attrs: dict, wanted: dict):
         res = None
     else:
         metas = metas if metas.__class__ is tuple or metas.__class__ is list else (metas,)
-        res = tuple(
-            [m.dtype.np if m is not None and getattr(m, "dtype", None) is not None and m.dtype.is_floating_point else None
-             for m in metas]
-        )  # fmt: skip
+        res = tuple([_float_np(m) for m in metas])
     if key is not None:
         if len(wanted) >= _WANTED_SIZE:
             wanted.clear()
@@ -212,6 +209,11 @@ def _targets(op, arrays: tuple, attrs: dict, wanted: dict):
 
 
 _MISSING = object()
+
+
+def _float_np(m):
+    dt = getattr(m, "dtype", None)
+    return dt.np if dt is not None and dt.is_floating_point else None
 
 
 def _dtype_key(a):
@@ -278,7 +280,9 @@ def _down(o, low: np.dtype, ups: dict, inplace: bool, kept: dict, target):
             return orig
         # unchanged: the input itself, unless the meta rule wants another dtype (then the float32
         # copy, which nothing else holds, is that output)
-        return orig if want == low or want != u.dtype else u
+        if want == low:
+            return orig
+        return u if u.dtype == want else u.astype(want)
     if kept and id(o) in kept:  # an input of another dtype handed back (updated in place, or unchanged)
         return o
     b = o.base
@@ -295,24 +299,33 @@ def _down(o, low: np.dtype, ups: dict, inplace: bool, kept: dict, target):
 # cast
 
 
+def convert(x: np.ndarray, target: np.dtype) -> np.ndarray:
+    """A new array: ``x`` in ``target``, native between float32 and bfloat16 / float16."""
+    src = x.dtype
+    if src == F32 and target in LOWP:
+        return from_f32(x, target)
+    if src in LOWP and target.kind == "f" and target != src:
+        f = to_f32(x)  # exact, so float64 and the other 16-bit type round once, as astype does
+        if target == F32:
+            return f
+        return from_f32(f, target) if target in LOWP else f.astype(target)
+    return x.astype(target)  # integers and bool: as NumPy / ml_dtypes convert (inf, NaN included)
+
+
 def cast_kernel(xp) -> Callable:
     """The CPU ``cast`` kernel: native between float32 and bfloat16 / float16, ``astype`` otherwise."""
 
     def run(x, dtype):
         from flow import _dtype as D
 
-        target = D.as_dtype(dtype).np
-        src = x.dtype
-        if src == F32 and target in LOWP:
-            return from_f32(x, target)
-        if src in LOWP and target.kind == "f" and target != src:
-            f = to_f32(x)  # exact, so float64 and the other 16-bit type round once, as astype does
-            if target == F32:
-                return f
-            return from_f32(f, target) if target in LOWP else f.astype(target)
-        return x.astype(target)  # integers and bool: as NumPy / ml_dtypes convert (inf, NaN included)
+        return convert(x, D.as_dtype(dtype).np)
 
     return run
+
+
+def cast_like_kernel(xp) -> Callable:
+    """The CPU ``cast_like`` kernel: ``cast`` to the dtype of the second array."""
+    return lambda x, other: convert(x, other.dtype)
 
 
 def register(registry) -> None:
@@ -325,3 +338,5 @@ def register(registry) -> None:
     if native.HAVE_NATIVE and "cast" in registry._ops:
         # for float32 sources too: float32 -> bfloat16 / float16 is where the native rounding pays
         registry.register_kernel("cast", "cpu", cast_kernel(np), dtypes=[D.float32, D.bfloat16, D.float16])
+    if native.HAVE_NATIVE and "cast_like" in registry._ops:
+        registry.register_kernel("cast_like", "cpu", cast_like_kernel(np), dtypes=[D.float32, D.bfloat16, D.float16])

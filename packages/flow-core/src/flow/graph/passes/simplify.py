@@ -4,6 +4,8 @@
   scalar literal or a constant tensor of ones/zeros; only when the result has ``x``'s shape and
   dtype, i.e. nothing is broadcast or promoted);
 * ``reshape(x, x.shape)``, ``expand(x, x.shape)``, ``cast(x, x.dtype)``, identity ``permute`` -> ``x``;
+* ``cast_like(x, other)`` where ``other`` has ``x``'s dtype -> ``x`` (the AMP pass runs before this
+  one, so a ``cast_like`` of a float32 trace is kept until the dtypes it follows are final);
 * ``reshape(reshape(x, a), b)`` -> ``reshape(x, b)``;
 * ``permute(permute(x, p), q)`` -> ``permute(x, p∘q)`` (transposes are permutes), and ``x`` when the
   composition is the identity.
@@ -58,7 +60,7 @@ def _identity_of(ir, n):
         return None
     if name in ("reshape", "expand") and tuple(n.attrs.get("shape", ())) == x.shape and _same_type(x, out):
         return x
-    if name == "cast" and _same_type(x, out):
+    if (name == "cast" or name == "cast_like") and _same_type(x, out):
         return x
     if name == "permute" and _same_type(x, out):
         dims = _norm(n.attrs.get("dims", ()), x.ndim)

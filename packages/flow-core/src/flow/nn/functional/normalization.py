@@ -4,6 +4,15 @@
 ``instance_norm`` reuse it on reshaped inputs; ``batch_norm``, ``rms_norm``,
 ``local_response_norm`` and ``normalize`` are composites of flow ops.
 Running statistics are updated in place (without autograd) in training.
+
+Mixed precision, as PyTorch's mixed-type normalisation: a bfloat16 / float16 input may come with
+float32 ``weight`` / ``bias`` (and running statistics of any floating dtype). The parameters and
+running statistics are applied through ``cast_like`` (the activation's dtype), so the output keeps
+the input's dtype, and a traced graph keeps doing so when the AMP pass lowers the activation of a
+float32 trace: a ``mul`` by the float32 weight would promote the activation back to float32 there.
+The batch statistics are computed in the input's dtype (each reduction accumulates in float32 and
+rounds once): computing them from a float32 copy would keep that copy for the backward pass. The
+running statistics keep their dtype and are updated in it.
 """
 
 from __future__ import annotations
@@ -12,11 +21,13 @@ import math
 
 import numpy as np
 
+from flow import _dtype as D
 from flow._creation import constant_for
 from flow.autograd import no_grad
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops.clamp_where import clamp, where
+from flow.ops.conversion import cast_like
 from flow.ops.nn_norm import layer_norm
 from flow.ops.unary import rsqrt, sqrt
 
@@ -38,21 +49,28 @@ def _channel_shape(x) -> tuple:
     return (x.shape[1],) + (1,) * (x.ndim - 2)
 
 
+_LOWP = (D.bfloat16, D.float16)
+
+
 def _check_vec(op, name, t, c, x):
     if t is None:
         return None
     if t.numel() != c:
         raise OpError(op, f"'{name}' must have {c} elements (one per channel), got shape {tuple(t.shape)}")
-    if t.dtype != x.dtype and name in ("weight", "bias"):
-        raise OpTypeError(op, f"'{name}' must have the input's dtype {x.dtype}, got {t.dtype}")
+    if name in ("weight", "bias") and t.dtype != x.dtype and not (t.dtype is D.float32 and x.dtype in _LOWP):
+        also = " (or float32, for a bfloat16 / float16 input)"
+        raise OpTypeError(op, f"'{name}' must have the input's dtype {x.dtype}{also}, got {t.dtype}")
+    if not t.dtype.is_floating_point:
+        raise OpTypeError(op, f"'{name}' must be a floating-point tensor, got {t.dtype}")
     return t
 
 
 def _affine(y, weight, bias, shape):
+    # in the activation's dtype: a float32 weight must not promote a bfloat16 activation
     if weight is not None:
-        y = y * weight.reshape(shape)
+        y = y * cast_like(weight.reshape(shape), y)
     if bias is not None:
-        y = y + bias.reshape(shape)
+        y = y + cast_like(bias.reshape(shape), y)
     return y
 
 
@@ -77,7 +95,13 @@ def batch_norm(
 
     In training (or without running statistics) the batch statistics are used and, when given,
     ``running_mean`` / ``running_var`` are updated in place with ``momentum`` (the running variance
-    is unbiased, as PyTorch). Otherwise the running statistics are used.
+    is unbiased, as PyTorch). Otherwise the running statistics are used. A bfloat16 / float16 input
+    may have float32 ``weight``, ``bias`` and running statistics; the output has the input's dtype.
+
+    >>> import flow
+    >>> x = flow.randn(4, 3, 5).bfloat16()
+    >>> batch_norm(x, flow.zeros(3), flow.ones(3), flow.ones(3), flow.zeros(3), training=True).dtype
+    flow.bfloat16
     """
     op = "batch_norm"
     _check(op, input)
@@ -107,14 +131,16 @@ def batch_norm(
                 _update(running_var, var * (n / max(n - 1, 1)), float(momentum))
         y = xc * rsqrt(var + eps)
     else:
-        mean = running_mean.reshape(cs).to(input.dtype)
-        var = running_var.reshape(cs).to(input.dtype)
-        y = (input - mean) * rsqrt(var + eps)
+        mean = cast_like(running_mean.reshape(cs), input)
+        # per channel, in the running statistics' dtype: one rounding to the input's
+        rstd = cast_like(rsqrt(running_var.reshape(cs) + eps), input)
+        y = (input - mean) * rstd
     return _affine(y, weight, bias, cs)
 
 
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
-    """Normalise groups of ``C / num_groups`` channels (with their spatial dims) per sample."""
+    """Normalise groups of ``C / num_groups`` channels (with their spatial dims) per sample; a
+    bfloat16 / float16 input may have float32 ``weight`` / ``bias`` (the output has its dtype)."""
     op = "group_norm"
     _check(op, input)
     n, c = input.shape[0], input.shape[1]
