@@ -312,7 +312,7 @@ def compare(
         if isinstance(x, Tensor) and x.grad_fn is not None and grads:
             raise ValueError(
                 f"compare: inputs[{i}] has autograd history (grad_fn={x.grad_fn}); both runs would backward "
-                "through it: pass inputs[{i}].detach() (with .requires_grad_() if its gradient is wanted)"
+                f"through it: pass inputs[{i}].detach() (with .requires_grad_() if its gradient is wanted)"
             )
     modules = [m for m in (module, step_fn, *inputs) if isinstance(m, flow.nn.Module)]
     state = [t for m in modules for t in (*m.parameters(), *m.buffers())]
@@ -321,9 +321,7 @@ def compare(
         ref = _run(step_fn, inputs, None, state, grads, rng, "float32")
         amp = _run(step_fn, inputs, amp_region, state, grads, rng, str(low))
     finally:
-        flow.set_rng_state(rng[0])
-        np.random.set_state(rng[1])
-        random.setstate(rng[2])
+        _set_rng(rng)
     names = {id(p): n for m in modules for n, p in m.named_parameters()}
     names.update({id(x): f"inputs[{i}]" for i, x in enumerate(inputs) if isinstance(x, Tensor)})
     return _report(ref, amp, names, threshold=threshold, dtype=low.name, device_type=amp_region.device_type)
@@ -345,6 +343,12 @@ def _check_threshold(threshold) -> float:
     return float(threshold)
 
 
+def _set_rng(rng: tuple) -> None:
+    flow.set_rng_state(rng[0])
+    np.random.set_state(rng[1])
+    random.setstate(rng[2])
+
+
 def _loss_of(result):
     """The step's loss: a one-element tensor that requires grad (alone or first in a tuple)."""
     if isinstance(result, (tuple, list)) and result:
@@ -356,9 +360,7 @@ def _loss_of(result):
 
 def _run(step_fn, inputs: tuple, amp_region, state: list, grads: bool, rng: tuple, label: str) -> _Trace:
     trace = _Trace(amp=amp_region is not None)
-    flow.set_rng_state(rng[0])
-    np.random.set_state(rng[1])
-    random.setstate(rng[2])
+    _set_rng(rng)
     trace.preload(state)
     try:
         with interceptors.intercept(trace.record):
@@ -458,13 +460,12 @@ def _row(k: int, ref: _Trace, amp: _Trace, i: int, j: int, row_of: dict) -> Row:
                 in_flips.append(_flips(x, y))
             else:
                 ins.append(rel_error(x, y))
-    site = r.site if r.phase == FORWARD else (ref.records[r.parent].site if r.parent is not None else None)
     return Row(
         index=k,
         phase=r.phase,
         op=r.op,
         of=row_of.get(r.parent) if r.phase == BACKWARD else None,
-        site=site,
+        site=_site(ref, r),
         shapes=r.shapes,
         dtype=next((d for d in a.dtypes if d), None),
         ref_dtype=next((d for d in r.dtypes if d), None),
@@ -474,6 +475,13 @@ def _row(k: int, ref: _Trace, amp: _Trace, i: int, j: int, row_of: dict) -> Row:
         mismatch=_max(flips),
         in_mismatch=_max(in_flips),
     )
+
+
+def _site(trace: _Trace, r: _Record) -> Site | None:
+    """A forward op's own source line; a backward op's is that of the forward op it differentiates."""
+    if r.phase == FORWARD:
+        return r.site
+    return trace.records[r.parent].site if r.parent is not None else None
 
 
 def _flips(x: np.ndarray, y: np.ndarray) -> float:
@@ -502,8 +510,7 @@ def _unmatched(ref: _Trace, amp: _Trace, pairs: list) -> tuple[list[Unmatched], 
             if trace is amp and r.op in _CAST_OPS:
                 casts += 1
                 continue
-            site = r.site if r.phase == FORWARD else (trace.records[r.parent].site if r.parent is not None else None)
-            out.append(Unmatched(label, r.op, r.phase, site, r.shapes))
+            out.append(Unmatched(label, r.op, r.phase, _site(trace, r), r.shapes))
     return out, casts
 
 

@@ -40,13 +40,19 @@ def _check_affine(op, x, t, arg, nshape):
         return
     if tuple(t.shape) != nshape:
         raise OpError(op, f"'{arg}' must have shape {nshape} (normalized_shape), got {tuple(t.shape)}")
-    if t.dtype != x.dtype and not (t.dtype is D.float32 and x.dtype in _LOWP):
-        also = " (or float32, for a bfloat16 / float16 input)" if x.dtype.is_floating_point else ""
-        raise OpTypeError(op, f"'{arg}' must have the input's dtype {x.dtype}{also}, got {t.dtype}")
+    check_param_dtype(op, arg, t, x)
     M.check_same_device(op, x, t)
 
 
 _LOWP = (D.bfloat16, D.float16)
+
+
+def check_param_dtype(op: str, arg: str, t, x) -> None:
+    """A normalisation's weight / bias has the input's dtype, or float32 for a bfloat16 / float16
+    input (PyTorch's mixed-dtype kernels; the output keeps the input's dtype)."""
+    if t.dtype != x.dtype and not (t.dtype is D.float32 and x.dtype in _LOWP):
+        also = " (or float32, for a bfloat16 / float16 input)" if x.dtype.is_floating_point else ""
+        raise OpTypeError(op, f"'{arg}' must have the input's dtype {x.dtype}{also}, got {t.dtype}")
 
 
 def _check_shape(op, x, nshape):

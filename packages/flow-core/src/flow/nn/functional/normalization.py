@@ -21,14 +21,13 @@ import math
 
 import numpy as np
 
-from flow import _dtype as D
 from flow._creation import constant_for
 from flow.autograd import no_grad
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops.clamp_where import clamp, where
 from flow.ops.conversion import cast_like
-from flow.ops.nn_norm import layer_norm
+from flow.ops.nn_norm import check_param_dtype, layer_norm
 from flow.ops.unary import rsqrt, sqrt
 
 __all__ = ["layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm", "local_response_norm", "normalize"]
@@ -49,17 +48,13 @@ def _channel_shape(x) -> tuple:
     return (x.shape[1],) + (1,) * (x.ndim - 2)
 
 
-_LOWP = (D.bfloat16, D.float16)
-
-
 def _check_vec(op, name, t, c, x):
     if t is None:
         return None
     if t.numel() != c:
         raise OpError(op, f"'{name}' must have {c} elements (one per channel), got shape {tuple(t.shape)}")
-    if name in ("weight", "bias") and t.dtype != x.dtype and not (t.dtype is D.float32 and x.dtype in _LOWP):
-        also = " (or float32, for a bfloat16 / float16 input)"
-        raise OpTypeError(op, f"'{name}' must have the input's dtype {x.dtype}{also}, got {t.dtype}")
+    if name in ("weight", "bias"):
+        check_param_dtype(op, name, t, x)
     if not t.dtype.is_floating_point:
         raise OpTypeError(op, f"'{name}' must be a floating-point tensor, got {t.dtype}")
     return t
