@@ -111,8 +111,14 @@ def test_mlp_trains_the_same_eagerly_with_mirrored_tensors_and_in_graph_mode():
         lambda p: flow.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
         lambda p: flow.optim.AdamW(p, lr=0.05, weight_decay=0.1),
         lambda p: flow.optim.RMSprop(p, lr=0.01, momentum=0.5),
+        lambda p: flow.optim.Adadelta(p, weight_decay=0.1),
+        lambda p: flow.optim.Adamax(p, lr=0.05),
+        lambda p: flow.optim.NAdam(p, lr=0.05),
+        lambda p: flow.optim.RAdam(p, lr=0.05, betas=(0.5, 0.9)),
+        lambda p: flow.optim.Rprop(p, lr=0.05),
+        lambda p: flow.optim.ASGD(p, lr=0.05, t0=1),
     ],
-    ids=["sgd", "adamw", "rmsprop"],
+    ids=["sgd", "adamw", "rmsprop", "adadelta", "adamax", "nadam", "radam", "rprop", "asgd"],
 )
 def test_optimizer_steps_of_mirrored_parameters(make):
     x, a = mirrored(4, 3, requires_grad=True)

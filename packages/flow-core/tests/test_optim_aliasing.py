@@ -12,7 +12,7 @@ import flow
 import flow.nn as nn
 import flow.optim
 from flow.backends.cpu import native
-from flow.optim import LAMB, SGD, Adagrad, Adam, AdamW, RMSprop
+from flow.optim import ASGD, LAMB, SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop, Rprop
 
 # (flow class, torch name or None, kwargs): every optimizer flow has, SGD in each of its modes
 CASES = [
@@ -26,6 +26,12 @@ CASES = [
     (Adagrad, "Adagrad", dict(lr=0.1, lr_decay=0.01, weight_decay=0.05)),
     (RMSprop, "RMSprop", dict(lr=0.01, momentum=0.5, centered=True)),
     (LAMB, None, dict(lr=0.02, weight_decay=0.01)),
+    (Adadelta, "Adadelta", dict(lr=0.5, weight_decay=0.05)),
+    (Adamax, "Adamax", dict(lr=0.02)),
+    (NAdam, "NAdam", dict(lr=0.02, weight_decay=0.05, decoupled_weight_decay=True)),
+    (RAdam, "RAdam", dict(lr=0.02, betas=(0.5, 0.9))),
+    (Rprop, "Rprop", dict(lr=0.01)),
+    (ASGD, "ASGD", dict(lr=0.05, t0=1)),
 ]
 IDS = [f"{c[0].__name__}-{'-'.join(f'{k}={v}' for k, v in c[2].items())}" for c in CASES]
 STEPS = 4

@@ -37,8 +37,20 @@ OUT_OF_RANGE = {
     "lr_decay": [-0.1],
     "initial_accumulator_value": [-1.0],
     "betas": [(1.0, 0.9), (0.9, -0.1), (0.9, math.nan)],
+    "rho": [-0.1, 1.5, math.nan],
+    "momentum_decay": [-1e-3, math.nan],
+    "lambd": [math.nan, math.inf],
+    "t0": [math.nan],
+    "etas": [(1.2, 0.5), (0.5, 1.0), (0.0, 1.2)],
+    "step_sizes": [(1.0, 0.1), (-1.0, 1.0)],
 }
-BAD_SHAPE = {"betas": [(0.9,), 0.9, (0.9, 0.99, 0.999)]}  # the wrong kind of value (a TypeError)
+# arguments whose range differs from that of the same name elsewhere (ASGD's alpha is an exponent)
+OUT_OF_RANGE_OF = {("ASGD", "alpha"): [math.nan, math.inf]}
+BAD_SHAPE = {  # the wrong kind of value (a TypeError)
+    "betas": [(0.9,), 0.9, (0.9, 0.99, 0.999)],
+    "etas": [(0.5,), 0.5],
+    "step_sizes": [(1e-6, 1.0, 2.0), 1.0],
+}
 
 
 def hyper_params(cls) -> dict:
@@ -104,7 +116,12 @@ def test_a_hyper_parameter_of_the_wrong_type_names_the_optimizer_and_argument(cl
         assert type(value).__name__ in str(ei.value)
 
 
-RANGE_CASES = [(cls, name, v) for cls in OPTIMIZERS for name in hyper_params(cls) for v in OUT_OF_RANGE.get(name, [])]
+RANGE_CASES = [
+    (cls, name, v)
+    for cls in OPTIMIZERS
+    for name in hyper_params(cls)
+    for v in OUT_OF_RANGE_OF.get((cls.__name__, name), OUT_OF_RANGE.get(name, []))
+]
 
 
 @pytest.mark.parametrize("cls, name, value", RANGE_CASES, ids=[f"{c.__name__}-{n}={v}" for c, n, v in RANGE_CASES])
@@ -373,6 +390,14 @@ SCHED_CASES = [
     (lambda o: S.ReduceLROnPlateau(o, min_lr=-1), OptimizerError, "min_lr"),
     (lambda o: S.ReduceLROnPlateau(o, min_lr=[0, 0]), OptimizerError, "expected 1 values for min_lr"),
     (lambda o: S.ReduceLROnPlateau(o, eps="tiny"), OptimizerTypeError, "eps must be a real number"),
+    (lambda o: S.CosineAnnealingWarmRestarts(o, 0), OptimizerError, r"Invalid T_0: 0 \(T_0 must be >= 1\)"),
+    (lambda o: S.CosineAnnealingWarmRestarts(o, 3, T_mult=1.5), OptimizerTypeError, "T_mult must be an int"),
+    (lambda o: S.PolynomialLR(o, total_iters=0), OptimizerError, "PolynomialLR: Invalid total_iters: 0"),
+    (lambda o: S.PolynomialLR(o, power=math.nan), OptimizerError, "PolynomialLR: Invalid power: nan"),
+    (lambda o: S.CyclicLR(o, 0.01, 0.1, mode="sine"), OptimizerError, "CyclicLR: Invalid mode: 'sine'"),
+    (lambda o: S.CyclicLR(o, 0.01, [0.1, 0.2]), OptimizerError, "expected 1 values for max_lr"),
+    (lambda o: S.CyclicLR(o, 0.01, 0.1, base_momentum=-0.1), OptimizerError, "base_momentum"),
+    (lambda o: S.ChainedScheduler(o), OptimizerTypeError, "ChainedScheduler: schedulers must be a list"),
 ]
 
 

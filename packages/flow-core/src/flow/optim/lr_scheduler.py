@@ -21,6 +21,7 @@ from collections import Counter
 from flow.optim._hyper import Int, Real
 from flow.optim._lr_base import LRScheduler, _lrs, check_args, check_int_list, check_optimizer
 from flow.optim._lr_cycle import OneCycleLR, ReduceLROnPlateau
+from flow.optim._lr_more import ChainedScheduler, CosineAnnealingWarmRestarts, CyclicLR, PolynomialLR
 from flow.optim.errors import OptimizerError, OptimizerTypeError
 from flow.optim.optimizer import Optimizer
 
@@ -37,6 +38,10 @@ __all__ = [
     "OneCycleLR",
     "SequentialLR",
     "ReduceLROnPlateau",
+    "CosineAnnealingWarmRestarts",
+    "CyclicLR",
+    "PolynomialLR",
+    "ChainedScheduler",
 ]
 
 _LRScheduler = LRScheduler
