@@ -20,7 +20,12 @@ the safetensors metadata under ``"flow.structure"``. Loading therefore never exe
   and loads as one object again, but views sharing storage with other tensors are stored as
   separate copies. Structures nest at most :data:`MAX_DEPTH` levels and may not contain themselves.
 * :func:`load` of a plain safetensors file (e.g. written by ``safetensors.torch.save_file``)
-  returns a flat ``{name: Tensor}`` dict.
+  returns a flat ``{name: Tensor}`` dict, and :func:`load` of a ``torch.save`` file (PyTorch's zip
+  format, ``.pt`` / ``.pth`` / ``.bin``) returns what it holds, read without torch and without running
+  code (see :mod:`flow._serialization.torch_zip`).
+* A whole ``nn.Module`` is saved (and loaded) only if its class, and every module class it holds, is
+  allow-listed with :func:`add_safe_globals` (see :mod:`flow._serialization.module_state`); otherwise
+  :func:`save` asks for ``module.state_dict()``.
 
 Format versions: 2 (this flow) adds the header checksum; files of version 1 (no header checksum)
 still load, with their tensor data checked.
@@ -31,9 +36,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import zipfile
 
 from flow._device import device as _device
-from flow._serialization import container
+from flow._serialization import container, torch_zip
 from flow._serialization.atomic import write_atomic
 from flow._serialization.errors import (
     CheckpointError,
@@ -44,7 +50,9 @@ from flow._serialization.errors import (
     CheckpointPermissionError,
     os_error,
 )
-from flow._serialization.structure import MAX_DEPTH, Decoder, Encoder
+from flow._serialization.module_state import ModuleDecoder, ModuleEncoder
+from flow._serialization.safe_globals import add_safe_globals, clear_safe_globals, get_safe_globals, safe_globals
+from flow._serialization.structure import MAX_DEPTH
 from flow._tensor import Tensor
 from flow.errors import OpError, OpTypeError
 
@@ -58,6 +66,10 @@ __all__ = [
     "CheckpointIsADirectoryError",
     "CheckpointNotADirectoryError",
     "MAX_DEPTH",
+    "add_safe_globals",
+    "get_safe_globals",
+    "clear_safe_globals",
+    "safe_globals",
 ]
 
 STRUCTURE_KEY = "flow.structure"
@@ -67,7 +79,7 @@ _RESERVED = ("format", container.CHECKSUM_KEY)
 
 def _encode(obj, metadata: dict | None, global_ok: bool = False) -> tuple[list, dict]:
     """The arrays to write (in file order) and the header metadata; raises before anything is written."""
-    enc = Encoder(global_ok)
+    enc = ModuleEncoder(global_ok)
     try:
         root = enc.encode(obj)
         text = json.dumps({"version": FORMAT_VERSION, "root": root}, separators=(",", ":"), allow_nan=False)
@@ -92,6 +104,10 @@ def _encode(obj, metadata: dict | None, global_ok: bool = False) -> tuple[list, 
 
 def save(obj, f, *, metadata: dict | None = None, global_dst_rank: int | None = None) -> None:
     """Save ``obj`` (a state dict, or nested dicts / lists / tuples of tensors and plain values) to ``f``.
+
+    A whole ``nn.Module`` raises :class:`CheckpointError` (save ``module.state_dict()``) unless its
+    class and every module class inside it are allow-listed with :func:`add_safe_globals`; then it
+    is saved as data (its attributes and tensors) and :func:`load` rebuilds it without ``__init__``.
 
     ``f`` is a path (written atomically, see the module docstring) or a writable binary file
     object (written directly). ``metadata`` adds string entries to the safetensors header.
@@ -246,22 +262,90 @@ def _open(f):
     return reader, name, size, True, True
 
 
+class _Prefixed:
+    """A non-seekable stream with the bytes already read from it put back in front."""
+
+    def __init__(self, head: bytes, reader) -> None:
+        self.head, self.reader = head, reader
+
+    def readinto(self, view) -> int:
+        if self.head:
+            n = min(len(view), len(self.head))
+            view[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        if hasattr(self.reader, "readinto"):
+            return self.reader.readinto(view)
+        chunk = self.reader.read(len(view))
+        if isinstance(chunk, str):
+            raise OpTypeError("flow.load", "the file object is open in text mode; open it with 'rb'")
+        view[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def _sniff(reader) -> tuple:
+    """(the reader to use, whether it holds a zip archive: a PyTorch checkpoint); consumes nothing."""
+    seekable = False
+    try:
+        seekable = reader.seekable()
+    except (AttributeError, OSError, ValueError):
+        pass
+    if seekable:
+        pos = reader.tell()
+        head = reader.read(8) or b""
+        reader.seek(pos)
+    else:
+        head = b""
+        while len(head) < 8:
+            chunk = reader.read(8 - len(head))
+            if not chunk:
+                break
+            if isinstance(chunk, str):
+                raise OpTypeError("flow.load", "the file object is open in text mode; open it with 'rb'")
+            head += chunk
+    if not head.startswith(torch_zip.ZIP_MAGIC):
+        return (reader if seekable else _Prefixed(head, reader)), False
+    if not seekable:  # zipfile reads the directory at the end first
+        return io.BytesIO(head + reader.read()), True
+    # a safetensors header length can begin with the zip magic only for a header of 64-100 MiB: only
+    # then does the archive have to prove itself by its end-of-directory record
+    if int.from_bytes(head.ljust(8, b"\0"), "little") > container.MAX_HEADER:
+        return reader, True
+    ok = zipfile.is_zipfile(reader)
+    reader.seek(pos)
+    return reader, ok
+
+
 def load(
     f, map_location=None, *, verify: bool = True, weights_only: bool | None = None, global_src_rank: int | None = None
 ):
-    """Load what :func:`save` wrote (or a plain safetensors file, as a flat ``{name: Tensor}`` dict).
+    """Load what :func:`save` wrote, a plain safetensors file, or a PyTorch ``torch.save`` checkpoint.
+
+    The format is told by the file's first bytes: a safetensors file (what :func:`save` writes)
+    loads as before, and a plain one as a flat ``{name: Tensor}`` dict. A zip archive is read as
+    PyTorch's checkpoint format (``torch.save`` since 1.6: ``.pt`` / ``.pth`` / ``.bin``), without
+    torch installed and the way ``torch.load(weights_only=True)`` reads it: its pickle may name only
+    tensors (with their dtype, shape, strides and storage offset; float32/64/16, bfloat16, int8/16/32/64,
+    uint8 and bool), ``nn.Parameter`` (loaded as :class:`flow.nn.Parameter`), ``OrderedDict``, plain
+    containers and scalars, ``torch.Size`` (as :class:`flow.Size`), dtypes and devices (as flow's),
+    and the globals allow-listed with :func:`add_safe_globals`. Any other global (a function such
+    as ``os.system``, a class, a whole torch module) raises :class:`CheckpointError` naming it,
+    before anything of it is imported or run. Tensors that shared a storage in PyTorch load as
+    separate tensors with the same values. A truncated or corrupt file raises :class:`CheckpointError`.
 
     ``map_location``: ``None`` puts tensors back on the device they were saved from; a device
-    (or its name) puts all of them there; a dict maps saved device names to devices; a callable
-    ``fn(tensor, saved_device_name)`` returns the tensor to use. ``verify`` checks the header's
-    and each tensor's CRC-32. ``weights_only`` is accepted for PyTorch compatibility and changes
-    nothing: a checkpoint holds only data (no code, nothing pickled), so every load is weights-only.
+    (or its name) puts all of them there; a dict maps saved device names (``"cuda:0"``) to devices;
+    a callable ``fn(tensor, saved_device_name)`` returns the tensor to use. ``verify`` checks the
+    header's and each tensor's CRC-32 (a zip checkpoint's records are always checked by their own
+    CRC-32). ``weights_only`` is accepted for PyTorch compatibility and changes nothing: flow never
+    runs code from a checkpoint, so every load is weights-only.
 
     ``global_src_rank`` (OneFlow's name; needs flow-dist): every rank calls ``load``, that rank
     reads ``f`` and sends it to the others, and each gets the logical values;
     ``load_state_dict`` into a global module then keeps each rank's piece.
 
     >>> state = flow.load("ckpt.safetensors", map_location="cpu")
+    >>> model.load_state_dict(flow.load("pytorch_model.bin", map_location="cpu"))
     """
     if global_src_rank is not None:
         from flow import provided
@@ -276,6 +360,9 @@ def load(
     reader, name, size, exact, owned = _open(f)
     place.name = name
     try:
+        reader, is_zip = _sniff(reader)
+        if is_zip:
+            return torch_zip.load(reader, name, place)
         header = container.read_header(reader, name, size, verify, exact)
         arrays = container.read_arrays(reader, name, header)
     except OSError as e:
@@ -285,7 +372,7 @@ def load(
     finally:
         if owned:
             reader.close()
-    dec = Decoder(arrays, name, place, verify)
+    dec = ModuleDecoder(arrays, name, place, verify)
     meta = header.metadata
     if not (STRUCTURE_KEY in meta or container.CHECKSUM_KEY in meta or meta.get("format") == "flow"):
         return {k: dec.tensor(k, None, None, None) for k in arrays}  # a plain safetensors file
