@@ -135,6 +135,15 @@ METHODS = {
     "copy_": ({}, lambda x: x * 0 + _other(x.shape), lambda x: x.copy_(_other(x.shape))),
     "zero_": ({}, lambda x: x * 0, lambda x: x.zero_()),
     "fill_": ({}, lambda x: x * 0 + 3.0, lambda x: x.fill_(3.0)),
+    # shape changes in place: the tensor keeps its identity, autograd sees the view op
+    "t_": (dict(shape=(3, 3)), lambda x: x.t(), lambda x: x.t_()),
+    "squeeze_": (dict(shape=(1, 3)), lambda x: x.squeeze(0), lambda x: x.squeeze_(0)),
+    "unsqueeze_": ({}, lambda x: x.unsqueeze(0), lambda x: x.unsqueeze_(0)),
+    "masked_scatter_": (
+        {},
+        lambda x: x.masked_scatter(_other(x.shape) > 3.0, _other(x.shape) * 2),
+        lambda x: x.masked_scatter_(_other(x.shape) > 3.0, _other(x.shape) * 2),
+    ),
 }
 
 
@@ -262,6 +271,9 @@ def test_every_inplace_op_has_a_case():
         "cauchy_",
         "log_normal_",
         "random_",
+        # Python callables per element: refuse tensors that require grad (test_tensor_methods_more.py)
+        "apply_",
+        "map_",
     }
     integer_only = {"bitwise_and_", "bitwise_or_", "bitwise_xor_"}
     missing_m = sorted(methods - set(METHODS) - not_values - integer_only - {k for k in methods if k.endswith("__")})

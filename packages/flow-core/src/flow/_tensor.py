@@ -15,12 +15,17 @@ from flow._dispatch import _KINDS
 from flow._methods.autograd import AutogradMethods
 from flow._methods.conversion import ConversionMethods
 from flow._methods.elementwise import ElementwiseMethods
+from flow._methods.factories_like import NewTensorMethods
 from flow._methods.global_ import GlobalMethods
 from flow._methods.indexing import IndexingMethods
 from flow._methods.linalg import LinalgMethods
+from flow._methods.masked_scatter import MaskedScatterMethods
 from flow._methods.movement import MovementMethods
 from flow._methods.nn import NNMethods
+from flow._methods.python_map import PythonMapMethods
+from flow._methods.random_fill import RandomFillMethods
 from flow._methods.reduction import ReductionMethods
+from flow._methods.view_meta import ViewMetaMethods
 
 _ndarray = np.ndarray
 
@@ -35,6 +40,11 @@ class Tensor(
     LinalgMethods,
     NNMethods,
     GlobalMethods,
+    NewTensorMethods,
+    RandomFillMethods,
+    ViewMetaMethods,
+    MaskedScatterMethods,
+    PythonMapMethods,
 ):
     """A multi-dimensional array on a device, with autograd.
 
