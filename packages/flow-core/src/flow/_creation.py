@@ -176,6 +176,15 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     return Tensor._make(ndarray, dt, CPU)
 
 
+def _sizes(op: str, sizes: tuple, size) -> tuple:
+    """The dims of a factory called as ``f(2, 3)``, ``f((2, 3))`` or, as PyTorch allows, ``f(size=(2, 3))``."""
+    if size is None:
+        return sizes
+    if sizes:
+        raise TypeError(f"{op}() got the size both as positional arguments {sizes!r} and as size={size!r}")
+    return (size,)
+
+
 def _size(op: str, size) -> tuple:
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
@@ -210,16 +219,18 @@ def _dt(dtype, default=None) -> D.dtype:
     return D.as_dtype(dtype)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None) -> Tensor:
+def zeros(*sizes, size=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None) -> Tensor:
     """A tensor of zeros."""
+    size = _sizes("zeros", sizes, size)
     if placement is not None or sbp is not None:
         return _global("zeros", placement, sbp, requires_grad, lambda: zeros(*size, dtype=dtype, device=device))
     dt = _dt(dtype)
     return _finish(_alloc("zeros", np.zeros, _size("zeros", size), dt.np), dt, _dev(device), requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None) -> Tensor:
+def ones(*sizes, size=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None) -> Tensor:
     """A tensor of ones."""
+    size = _sizes("ones", sizes, size)
     if placement is not None or sbp is not None:
         return _global("ones", placement, sbp, requires_grad, lambda: ones(*size, dtype=dtype, device=device))
     dt = _dt(dtype)
@@ -227,9 +238,17 @@ def ones(*size, dtype=None, device=None, requires_grad: bool = False, placement=
 
 
 def empty(
-    *size, dtype=None, device=None, requires_grad: bool = False, memory_format=None, placement=None, sbp=None
+    *sizes,
+    size=None,
+    dtype=None,
+    device=None,
+    requires_grad: bool = False,
+    memory_format=None,
+    placement=None,
+    sbp=None,
 ) -> Tensor:
     """An uninitialised tensor."""
+    size = _sizes("empty", sizes, size)
     if placement is not None or sbp is not None:
         return _global("empty", placement, sbp, requires_grad, lambda: empty(*size, dtype=dtype, device=device))
     dt = _dt(dtype)
@@ -368,9 +387,10 @@ def _rng(generator):
 
 
 def rand(
-    *size, generator=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+    *sizes, size=None, generator=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
 ) -> Tensor:
     """Uniform samples in [0, 1)."""
+    size = _sizes("rand", sizes, size)
     if placement is not None or sbp is not None:
         return _global(
             "rand", placement, sbp, requires_grad, lambda: rand(*size, generator=generator, dtype=dtype, device=device)
@@ -383,9 +403,10 @@ def rand(
 
 
 def randn(
-    *size, generator=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
+    *sizes, size=None, generator=None, dtype=None, device=None, requires_grad: bool = False, placement=None, sbp=None
 ) -> Tensor:
     """Standard normal samples."""
+    size = _sizes("randn", sizes, size)
     if placement is not None or sbp is not None:
         return _global(
             "randn",
@@ -526,33 +547,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
     return _finish(a, D.int64, input.device, False)
 
 
-# -- Tensor constructor, pickling --------------------------------------------------
-def _tensor_init(self: Tensor, args, dtype, device, requires_grad) -> None:
-    dev = _dev(device)
-    if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
-        dt = D.as_dtype(dtype) if dtype is not None else None
-        a, dt = _host_array(args[0], dt)
-        if dtype is None and not isinstance(args[0], Tensor) and dt is not D._default_dtype:
-            # flow.Tensor(data) has the default dtype, whatever the data's own (a list of ints, a
-            # float64 NumPy array), as torch.Tensor; only a Tensor argument keeps its dtype
-            dt = D._default_dtype
-            a = a.astype(dt.np)
-    else:
-        dt = _dt(dtype)
-        a = _alloc("Tensor", np.zeros, _size("Tensor", args), dt.np)
-    self._data = _to_device(a, dev)
-    self.dtype = dt
-    self.device = dev
-    self._requires_grad = False
-    self.grad = None
-    self.grad_fn = None
-    self._version = [0]
-    self._base = None
-    self._extra = None
-    if requires_grad:
-        self.requires_grad_(True)
-
-
+# -- pickling --------------------------------------------------------------------------------
 def _rebuild_tensor(arr, dtype_name, device_str, requires_grad):
     t = tensor(arr, dtype=D.as_dtype(dtype_name), device=device_str)
     if requires_grad:

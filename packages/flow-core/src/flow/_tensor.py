@@ -63,15 +63,16 @@ class Tensor(
         "_out_idx",  # which output of grad_fn this is
         "_version",  # [int] shared with views: in-place ops bump it
         "_base",  # the tensor this one is a view of
+        "_view_ver",  # a view's: the version of its storage its grad_fn was recorded at (see ops/view_inplace)
         "_extra",  # rarely used: hooks, retain_grad, names (a dict or None)
         "__weakref__",
         "__dict__",  # subclasses (Parameter, user subclasses) may add attributes
     )
 
     def __init__(self, *args, dtype=None, device=None, requires_grad: bool = False) -> None:
-        from flow._creation import _tensor_init
+        from flow._tensor_init import tensor_init
 
-        _tensor_init(self, args, dtype, device, requires_grad)
+        tensor_init(self, args, dtype, device, requires_grad)
 
     # -- construction fast path (used by the dispatcher) -----------------------
     @classmethod

@@ -40,6 +40,7 @@ class AutogradMethods:
         t = Tensor._make(self._data, self.dtype, self.device)
         t._version = self._version
         t._base = self._base
+        t._view_ver = None  # shares the storage but is no differentiable view: writes into it leave the base's history
         return t
 
     def detach_(self):

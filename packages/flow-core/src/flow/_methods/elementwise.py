@@ -437,14 +437,13 @@ class ElementwiseMethods:
                 "fill_", f"cannot fill a {self.dtype} tensor on '{self.device}' with {value!r}: {e}"
             ) from None
         self._version[0] += 1
-        if self.grad_fn is not None:
-            from flow.autograd.grad_mode import STATE
+        from flow.autograd.grad_mode import STATE
 
-            if STATE.grad_enabled:  # still part of the graph, as in PyTorch, with a zero gradient
-                from flow.ops.inplace import rebase_constant
+        if STATE.grad_enabled:  # still part of the graph, as in PyTorch, with a zero gradient
+            from flow.ops.inplace import after_constant_write
 
-                rebase_constant(self, "fill_")
-            else:
-                self.grad_fn = None
-                self._requires_grad = False
+            after_constant_write(self, "fill_")
+        elif self.grad_fn is not None:
+            self.grad_fn = None
+            self._requires_grad = False
         return self

@@ -15,8 +15,7 @@ import warnings
 import numpy as np
 
 from flow._random import host_rng
-from flow.autograd.grad_mode import STATE
-from flow.errors import AutogradError, OpError, OpTypeError
+from flow.errors import OpError, OpTypeError
 from flow.ops.inplace import apply_inplace, check_inplace_allowed
 
 
@@ -40,19 +39,6 @@ def _floating_only(self, op: str) -> None:
 def _begin(self, op: str, generator) -> np.random.Generator:
     # Checked before sampling, so a refused call leaves the generator's state as it was.
     check_inplace_allowed(self, op)
-    base = self._base
-    if STATE.grad_enabled and self._requires_grad and base is not None and base._requires_grad:
-        # The write lands in the base's storage, but only the view's history would be rebased: the base's
-        # gradient would still flow to the overwritten elements, so refuse (PyTorch does for a leaf base).
-        if base.grad_fn is None:
-            raise AutogradError(
-                f"{op}: a view of a leaf tensor that requires grad is being used in an in-place operation; "
-                "wrap it in flow.no_grad()"
-            )
-        raise AutogradError(
-            f"{op}: in-place modification of a view that takes part in autograd is not supported; "
-            "fill the whole tensor, or .clone() the view first"
-        )
     return host_rng(generator)
 
 

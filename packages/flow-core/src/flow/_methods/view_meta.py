@@ -66,6 +66,8 @@ class ViewMetaMethods:
         base = self._base
         if base is None:
             return 0
+        while base._base is not None:  # an alias's views are rooted at the alias: measure from the storage
+            base = base._base
         here, start = self.data_ptr(), base.data_ptr()
         if here == 0 or start == 0:
             raise RuntimeError(

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from flow._kinds import KINDS as _KINDS
 from flow.autograd.grad_mode import STATE
-from flow.autograd.node import Node
+from flow.autograd.node import Node, _refresh_view
 from flow.errors import AutogradError
 
 Tensor = None  # set by flow/__init__
@@ -233,6 +233,9 @@ def run_backward(
     cap_leaf: dict = {}
     cap_node: dict = {}
     result: list = []
+    for t in tensors:  # a view written after its history was recorded reads its base as it is now
+        if isinstance(t, Tensor) and t._base is not None and t.grad_fn is not None and t._version[0] != t._view_ver:
+            _refresh_view(t)
     if inputs is not None:
         for k, t in enumerate(inputs):
             if not isinstance(t, Tensor):

@@ -59,6 +59,8 @@ class Node:
         for x in inputs:
             if isinstance(x, Tensor):
                 meta.append((x._data.shape, x.dtype, x.device))
+                if x._base is not None and x.grad_fn is not None and x._version[0] != x._view_ver:
+                    _refresh_view(x)  # its storage was written after its history was recorded
                 # where the gradient goes: nowhere, a leaf's .grad, or the node that made x
                 nxt.append(
                     _NO_EDGE if not x._requires_grad else (x, -1) if x.grad_fn is None else (x.grad_fn, x._out_idx)
@@ -212,8 +214,17 @@ class GradAround:
             return self._op.grad(ctx, *grads)
 
 
+def _refresh_view(x) -> None:
+    from flow.ops.view_inplace import is_host_view, refresh_view
+
+    if is_host_view(x):
+        refresh_view(x)
+
+
 def _edge(x, nxt: list, meta: list) -> None:
     meta.append((x._data.shape, x.dtype, x.device))
+    if x._base is not None and x.grad_fn is not None and x._version[0] != x._view_ver:
+        _refresh_view(x)
     if not x._requires_grad:
         nxt.append(_NO_EDGE)
     elif x.grad_fn is None:

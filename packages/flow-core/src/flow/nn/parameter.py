@@ -29,6 +29,7 @@ class Parameter(Tensor):
         p = cls._make(data._data, data.dtype, data.device)
         p._version = data._version
         p._base = data._base
+        p._view_ver = None  # a leaf of its own, not a differentiable view of the storage it shares
         if requires_grad:
             if not data.dtype.is_floating_point:
                 raise RuntimeError(

@@ -10,14 +10,27 @@ from __future__ import annotations
 
 from flow.autograd.grad_mode import STATE
 from flow.errors import AutogradError, OpError
+from flow.ops.view_inplace import check_view_writable, is_host_view, rebase_view_write, view_base
 
 
 def check_inplace_allowed(self, op: str) -> None:
-    if STATE.grad_enabled and self._requires_grad and self.grad_fn is None:
+    """Refuse, before anything is written, the in-place writes PyTorch refuses under autograd."""
+    if not STATE.grad_enabled:
+        return
+    if self._requires_grad and self.grad_fn is None:
         raise AutogradError(
             f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
             "wrap it in flow.no_grad() or use the out-of-place op"
         )
+    base = view_base(self)
+    if base is not None and base._requires_grad:
+        if base.grad_fn is None:
+            raise AutogradError(
+                f"{op}: a view of a leaf tensor that requires grad is being used in an in-place operation; "
+                "wrap it in flow.no_grad() or use the out-of-place op"
+            )
+        if is_host_view(self):
+            check_view_writable(self, op)
 
 
 def inplace_call(self, op: str, fn, *args):
@@ -66,11 +79,16 @@ def apply_inplace(self, result, op: str):
             raise OpError(op, f"result type {result.dtype} cannot be cast to the in-place output type {self.dtype}")
         result = result.to(self.dtype)
     node = result.grad_fn if result._requires_grad else None
-    if node is not None and self._base is not None and (self._base._requires_grad or self._requires_grad):
+    base = view_base(self)
+    # a write into a view under autograd rebases the base's history too (see flow.ops.view_inplace)
+    via_base = base is not None and STATE.grad_enabled and (base._requires_grad or result._requires_grad)
+    if via_base and not is_host_view(self):
         raise AutogradError(
-            f"{op}: in-place modification of a view that takes part in autograd is not supported; "
-            "use the out-of-place op (or .clone() the view first)"
+            f"{op}: in-place modification of a view that takes part in autograd is not supported on "
+            f"'{self.device}' ({type(self._data).__name__} arrays); use the out-of-place op or .clone() the view"
         )
+    if via_base:
+        check_view_writable(self, op)
     if node is not None and isinstance(node.saved_in, tuple):
         saved = list(node.saved_in)
         snap = None
@@ -101,7 +119,9 @@ def apply_inplace(self, result, op: str):
     except (ValueError, TypeError) as e:
         raise OpError(op, f"cannot write into this tensor (device '{self.device}'): {e}") from None
     self._version[0] += 1
-    if node is not None:
+    if via_base:
+        rebase_view_write(self, result if result._requires_grad else None, op)
+    elif node is not None:
         self.grad_fn = node
         self._out_idx = result._out_idx
         self._requires_grad = True
@@ -110,6 +130,23 @@ def apply_inplace(self, result, op: str):
         # the old history gets a zero gradient instead of the gradient of the new value
         rebase_constant(self, op)
     return self
+
+
+def after_constant_write(self, op: str) -> None:
+    """Autograd after ``self``'s storage was overwritten with a constant (``fill_``), version bumped."""
+    if not STATE.grad_enabled:
+        return
+    base = view_base(self)
+    if base is not None and base._requires_grad:
+        if is_host_view(self):
+            rebase_view_write(self, None, op)
+            return
+        raise AutogradError(
+            f"{op}: in-place modification of a view that takes part in autograd is not supported on "
+            f"'{self.device}' ({type(self._data).__name__} arrays); .clone() the view first"
+        )
+    if self._requires_grad:
+        rebase_constant(self, op)
 
 
 def rebase_constant(self, op: str) -> None:

@@ -16,7 +16,9 @@ from flow.registry.ops import ANY, Attr
 def as_view(out, base):
     """Mark ``out`` as a view of ``base``: shared version counter, ``_base`` link."""
     out._version = base._version
-    out._base = base if base._base is None else base._base
+    # the root of differentiable views; an alias such as detach()'s or a Parameter is a root of its own
+    out._base = base if base._base is None or base._view_ver is None else base._base
+    out._view_ver = base._version[0]
     return out
 
 

@@ -184,8 +184,8 @@ def parse_key(op: str, x, key):
             items.append(int(k))
         elif isinstance(k, Tensor) and k.ndim == 0 and k.dtype.category == 1:
             items.append(int(k.item()))  # a 0-d integer tensor selects, like an int (a view)
-        elif isinstance(k, (Tensor, list, tuple, np.ndarray)):
-            t = _to_index_tensor(op, k, x.device)
+        elif isinstance(k, (Tensor, list, tuple, np.ndarray, range)):
+            t = _to_index_tensor(op, list(k) if isinstance(k, range) else k, x.device)
             if t.dtype is D.bool or t.dtype is D.uint8:
                 items.append(("mask", t.to(D.bool)) if t.ndim else ("mask0", bool(t.item())))
             else:

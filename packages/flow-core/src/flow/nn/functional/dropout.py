@@ -10,6 +10,8 @@ kernel; in graph mode it is a node drawn each time the compiled step runs. The r
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from flow.errors import OpError, OpTypeError
@@ -109,14 +111,35 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
 
 
 def _feature_shape(op, input, spatial: int):
+    """The mask's shape: one draw per (sample, channel), with PyTorch's reading of each input rank.
+
+    dropout1d accepts only (C, L) and (N, C, L). dropout2d and dropout3d, like PyTorch, warn on other
+    ranks and go on: dropout2d then always reads the first two dims as (N, C) (so a 3-d input is
+    (N, C, L), PyTorch's historical behaviour), dropout3d reads an input that is not 5-d as unbatched.
+    """
     nd = input.ndim
     if nd not in (spatial + 1, spatial + 2):
-        raise OpError(
-            op,
-            f"expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got shape "
-            f"{tuple(input.shape)}",
+        if spatial == 1 or (spatial == 2 and nd < 2):
+            raise OpError(
+                op,
+                f"expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got shape "
+                f"{tuple(input.shape)}",
+            )
+        warnings.warn(
+            f"{op}: received a {nd}-d input; {op} is channel-wise dropout for {spatial + 1}-d (unbatched) or "
+            f"{spatial + 2}-d (batched) inputs and other ranks are deprecated (as in PyTorch); use dropout instead",
+            stacklevel=3,
         )
-    lead = 1 if nd == spatial + 1 else 2
+    if spatial == 2:
+        if nd == 3:
+            warnings.warn(
+                "dropout2d: received a 3-d input; as in PyTorch it is read as (N, C, L) with channel-wise 1-d "
+                "dropout behaviour (use dropout1d for that, or add the batch dim for a (C, H, W) input)",
+                stacklevel=3,
+            )
+        lead = 2
+    else:
+        lead = 2 if nd == spatial + 2 else 1
     return tuple(input.shape[:lead]) + (1,) * (nd - lead)
 
 

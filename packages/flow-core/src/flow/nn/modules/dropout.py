@@ -5,7 +5,7 @@ from __future__ import annotations
 import flow.nn.functional as F
 from flow.nn.modules.module import Module
 
-__all__ = ["Dropout", "Dropout1d", "Dropout2d", "AlphaDropout"]
+__all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"]
 
 
 class _DropoutNd(Module):
@@ -41,8 +41,22 @@ class Dropout2d(_DropoutNd):
         return F.dropout2d(input, self.p, self.training, self.inplace)
 
 
+class Dropout3d(_DropoutNd):
+    """Zero whole channels of (N, C, D, H, W) inputs."""
+
+    def forward(self, input):
+        return F.dropout3d(input, self.p, self.training, self.inplace)
+
+
 class AlphaDropout(_DropoutNd):
     """Dropout that keeps the self-normalising property of SELU."""
 
     def forward(self, input):
         return F.alpha_dropout(input, self.p, self.training)
+
+
+class FeatureAlphaDropout(_DropoutNd):
+    """Alpha dropout of whole channels (SELU networks)."""
+
+    def forward(self, input):
+        return F.feature_alpha_dropout(input, self.p, self.training)
