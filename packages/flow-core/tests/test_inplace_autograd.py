@@ -135,6 +135,25 @@ METHODS = {
     "copy_": ({}, lambda x: x * 0 + _other(x.shape), lambda x: x.copy_(_other(x.shape))),
     "zero_": ({}, lambda x: x * 0, lambda x: x.zero_()),
     "fill_": ({}, lambda x: x * 0 + 3.0, lambda x: x.fill_(3.0)),
+    "deg2rad_": ({}, lambda x: x.deg2rad(), lambda x: x.deg2rad_()),
+    "rad2deg_": ({}, lambda x: x.rad2deg(), lambda x: x.rad2deg_()),
+    "exp2_": ({}, lambda x: x.exp2(), lambda x: x.exp2_()),
+    "frac_": ({}, lambda x: x.frac(), lambda x: x.frac_()),
+    "erfc_": ({}, lambda x: x.erfc(), lambda x: x.erfc_()),
+    "erfinv_": (dict(low=-0.9, high=0.9), lambda x: x.erfinv(), lambda x: x.erfinv_()),
+    "lgamma_": (POS, lambda x: x.lgamma(), lambda x: x.lgamma_()),
+    "digamma_": (POS, lambda x: x.digamma(), lambda x: x.digamma_()),
+    "polygamma_": (POS, lambda x: x.polygamma(1), lambda x: x.polygamma_(1)),
+    "xlogy_": ({}, lambda x: x.xlogy(_other(x.shape)), lambda x: x.xlogy_(_other(x.shape))),
+    "scatter_reduce_": (
+        {},
+        lambda x: x.scatter_reduce(
+            1, flow.tensor([[0, 1], [2, 2], [1, 0]])[: x.shape[0]], _other((x.shape[0], 2)), "sum"
+        ),
+        lambda x: x.scatter_reduce_(
+            1, flow.tensor([[0, 1], [2, 2], [1, 0]])[: x.shape[0]], _other((x.shape[0], 2)), "sum"
+        ),
+    ),
     # shape changes in place: the tensor keeps its identity, autograd sees the view op
     "t_": (dict(shape=(3, 3)), lambda x: x.t(), lambda x: x.t_()),
     "squeeze_": (dict(shape=(1, 3)), lambda x: x.squeeze(0), lambda x: x.squeeze_(0)),

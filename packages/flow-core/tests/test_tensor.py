@@ -143,7 +143,7 @@ def test_to_dtype_and_shorthands(x):
     assert x.char().dtype is flow.int8
     assert flow.tensor([1.7, -1.7]).long().tolist() == [1, -1]
     assert x.to(flow.ones(1, dtype=flow.float64)).dtype is flow.float64  # like another tensor
-    assert x.type() == "flow.float32" and x.type(flow.int64).dtype is flow.int64
+    assert x.type() == "flow.FloatTensor" and x.type(flow.int64).dtype is flow.int64
     assert x.type_as(flow.ones(1, dtype=flow.int8)).dtype is flow.int8
     assert x.to(flow.float32) is x and x.to("cpu") is x and x.cpu() is x
     assert x.to(flow.float32, copy=True) is not x

@@ -93,6 +93,8 @@ _PUBLIC_OP_MODULES = (
     "reduction_stats",
 )
 _PUBLIC_OP_MODULES += ("views", "subscript", "padding")
+_PUBLIC_OP_MODULES += ("extra_math", "scatter_ops", "tensor_extra", "distance", "nn_toplevel")
+_PUBLIC_OP_MODULES += ("linalg_legacy", "special")
 
 
 def _export_ops() -> None:
@@ -106,7 +108,7 @@ def _export_ops() -> None:
 
 
 _export_ops()
-from flow import nn, optim, testing, utils  # noqa: E402
+from flow import distributions, fft, func, linalg, nn, optim, special, testing, utils  # noqa: E402
 from flow.graph import compile  # noqa: E402  (graph mode; flow.nn.Graph is the class form)
 from flow.serialization import load, save  # noqa: E402
 
@@ -116,6 +118,29 @@ half = float16
 long = int64
 int = int32  # noqa: A001
 short = int16
+
+# PyTorch-compatibility namespaces and names that scripts use at the top, even on one CPU
+from flow import accelerator, cuda, multiprocessing  # noqa: E402  (flow.cuda forwards to flow-cuda)
+from flow._legacy_types import (  # noqa: E402
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+)
+from flow._memory_format import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format  # noqa: E402
+from flow._threads import get_num_interop_threads, get_num_threads, set_num_interop_threads, set_num_threads  # noqa: E402
+from flow._typeinfo import finfo, get_device, iinfo, is_complex, is_floating_point, is_nonzero  # noqa: E402
+from flow.backends import cuda as _backends_cuda  # noqa: E402,F401  (imported so that flow.backends.* exist)
+from flow.backends import cudnn as _backends_cudnn  # noqa: E402,F401
+from flow.backends import mkldnn as _backends_mkldnn  # noqa: E402,F401
+from flow.backends import mps as _backends_mps  # noqa: E402,F401
+from flow.backends import openmp as _backends_openmp  # noqa: E402,F401
 
 __version__ = "0.1.0"
 

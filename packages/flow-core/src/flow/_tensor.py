@@ -13,12 +13,15 @@ from flow import _dtype as D
 from flow._device import CPU, device
 from flow._dispatch import _KINDS
 from flow._methods.autograd import AutogradMethods
+from flow._methods.compat import CompatMethods
 from flow._methods.conversion import ConversionMethods
 from flow._methods.elementwise import ElementwiseMethods
+from flow._methods.extra_ops import ExtraOpsMethods
 from flow._methods.factories_like import NewTensorMethods
 from flow._methods.global_ import GlobalMethods
 from flow._methods.indexing import IndexingMethods
 from flow._methods.linalg import LinalgMethods
+from flow._methods.linalg_decomp import LinalgDecompMethods
 from flow._methods.masked_scatter import MaskedScatterMethods
 from flow._methods.movement import MovementMethods
 from flow._methods.nn import NNMethods
@@ -31,6 +34,7 @@ _ndarray = np.ndarray
 
 
 class Tensor(
+    CompatMethods,
     AutogradMethods,
     ConversionMethods,
     ElementwiseMethods,
@@ -45,6 +49,8 @@ class Tensor(
     ViewMetaMethods,
     MaskedScatterMethods,
     PythonMapMethods,
+    ExtraOpsMethods,
+    LinalgDecompMethods,
 ):
     """A multi-dimensional array on a device, with autograd.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from flow.autograd import engine
+from flow.autograd import engine, functional
 from flow.autograd.engine import queue_callback, run_backward
 from flow.autograd.function import Function, FunctionCtx
 from flow.autograd.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
@@ -22,6 +22,7 @@ __all__ = [
     "is_grad_enabled",
     "inference_mode",
     "queue_callback",
+    "functional",
 ]
 
 

@@ -21,4 +21,6 @@ def __getattr__(name: str):
 
         globals()["Graph"] = Graph
         return Graph
+    if name == "DataParallel":  # PyTorch's nn.DataParallel is nn.parallel.DataParallel
+        return parallel.DataParallel
     raise AttributeError(f"module 'flow.nn' has no attribute '{name}'")

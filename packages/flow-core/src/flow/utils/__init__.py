@@ -1,5 +1,5 @@
 """Utilities (``flow.utils``): ``flow.utils.data`` (datasets, samplers, DataLoader)."""
 
-from flow.utils import data
+from flow.utils import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]

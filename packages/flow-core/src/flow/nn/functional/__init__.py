@@ -22,6 +22,10 @@ _FAMILIES = (
     "loss",
     "attention",
     "linear",
+    "fold",
+    "volumetric",
+    "grid",
+    "margin",
 )
 
 __all__ = ["gelu", "relu", "sigmoid", "silu", "softplus", "tanh", "pad", "one_hot"]

@@ -48,3 +48,15 @@ __all__ = [
     )
     for name in m.__all__
 ]
+
+# 3-d, padding, resizing, fold, distance, lazy and margin-loss layers (PyTorch-compatibility additions)
+from flow.nn.modules import conv3d, distance, fold, lazy, margin_loss, padding, upsampling  # noqa: E402
+from flow.nn.modules.conv3d import *  # noqa: E402,F401,F403
+from flow.nn.modules.distance import *  # noqa: E402,F401,F403
+from flow.nn.modules.fold import *  # noqa: E402,F401,F403
+from flow.nn.modules.lazy import *  # noqa: E402,F401,F403
+from flow.nn.modules.margin_loss import *  # noqa: E402,F401,F403
+from flow.nn.modules.padding import *  # noqa: E402,F401,F403
+from flow.nn.modules.upsampling import *  # noqa: E402,F401,F403
+
+__all__ += [n for m in (conv3d, distance, fold, lazy, margin_loss, padding, upsampling) for n in m.__all__]

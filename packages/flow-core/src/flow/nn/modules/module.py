@@ -13,6 +13,7 @@ from flow.autograd.grad_mode import no_grad
 from flow.nn.modules.hooks import (
     _GLOBAL_HOOKS,
     _GLOBAL_PRE_HOOKS,
+    BackwardHook,
     RemovableHandle,
     register_module_forward_hook,
     register_module_forward_pre_hook,
@@ -69,6 +70,8 @@ class Module(StateDictMixin):
         d["_forward_hooks"] = OrderedDict()
         d["_forward_hooks_with_kwargs"] = {}
         d["_forward_hooks_always_called"] = {}
+        d["_backward_hooks"] = OrderedDict()
+        d["_backward_pre_hooks"] = OrderedDict()
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
@@ -76,7 +79,7 @@ class Module(StateDictMixin):
     # -- calling ---------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         # Hot path: no hooks anywhere -> straight to forward.
-        if self._forward_pre_hooks or self._forward_hooks or _GLOBAL_PRE_HOOKS or _GLOBAL_HOOKS:
+        if self._forward_pre_hooks or self._forward_hooks or _GLOBAL_PRE_HOOKS or _GLOBAL_HOOKS or self._has_bw_hooks():
             return self._call_with_hooks(args, kwargs)
         return self.forward(*args, **kwargs)
 
@@ -94,6 +97,11 @@ class Module(StateDictMixin):
                 r = hook(self, args)
                 if r is not None:
                     args = r if isinstance(r, tuple) else (r,)
+        bw = None
+        if self._has_bw_hooks():
+            d = self.__dict__
+            bw = BackwardHook(self, list(d["_backward_hooks"].values()), list(d["_backward_pre_hooks"].values()))
+            args = bw.setup_input_hook(args)
         called = set()
         try:
             result = self.forward(*args, **kwargs)
@@ -105,6 +113,8 @@ class Module(StateDictMixin):
                     r = hook(self, args, result)
                 if r is not None:
                     result = r
+            if bw is not None:
+                result = bw.setup_output_hook(result)
         except Exception:
             for hid, hook in self._forward_hooks.items():
                 if hid in self._forward_hooks_always_called and hid not in called:
@@ -131,6 +141,31 @@ class Module(StateDictMixin):
             self._forward_pre_hooks_with_kwargs[h.id] = True
         if prepend:
             self._forward_pre_hooks.move_to_end(h.id, last=False)
+        return h
+
+    def _has_bw_hooks(self) -> bool:
+        d = self.__dict__  # .get: modules unpickled from before these hooks existed lack the dicts
+        return bool(d.get("_backward_hooks") or d.get("_backward_pre_hooks"))
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """Run ``hook(module, grad_input, grad_output)`` when the gradients of the inputs are computed.
+
+        Both are tuples (None for inputs that are not tensors or need no gradient); a non-None return
+        value replaces ``grad_input``.
+        """
+        h = RemovableHandle(self.__dict__.setdefault("_backward_hooks", OrderedDict()))
+        self._backward_hooks[h.id] = hook
+        if prepend:
+            self._backward_hooks.move_to_end(h.id, last=False)
+        return h
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """Run ``hook(module, grad_output)`` when the gradients of the outputs arrive, before those of
+        the inputs are computed; a non-None return value replaces ``grad_output``."""
+        h = RemovableHandle(self.__dict__.setdefault("_backward_pre_hooks", OrderedDict()))
+        self._backward_pre_hooks[h.id] = hook
+        if prepend:
+            self._backward_pre_hooks.move_to_end(h.id, last=False)
         return h
 
     def register_forward_hook(
@@ -460,6 +495,11 @@ class Module(StateDictMixin):
         from flow import provided
 
         return provided.require("Module.to_global", "nn.Module.to_global")(self, placement, sbp)
+
+    def share_memory(self) -> "Module":
+        """Move every parameter, gradient and buffer into shared memory (``Tensor.share_memory_``), in
+        place, so that processes forked afterwards update the same values (Hogwild training)."""
+        return self._apply(lambda t: t.share_memory_())
 
     def cpu(self) -> "Module":
         return self._apply(lambda t: t.cpu())

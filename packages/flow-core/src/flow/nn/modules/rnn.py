@@ -207,10 +207,15 @@ class RNNBase(Module):
         return outs, (h,)
 
     def forward(self, input: Tensor, hx=None):
+        from flow.nn.utils.rnn import PackedSequence
+
+        if isinstance(input, PackedSequence):
+            from flow.nn.modules.rnn_packed import packed_forward
+
+            return packed_forward(self, input, hx)
         if not isinstance(input, Tensor):
             raise TypeError(
-                f"{type(self).__name__}: input must be a Tensor (PackedSequence is not supported), "
-                f"got {type(input).__name__}"
+                f"{type(self).__name__}: input must be a Tensor or a PackedSequence, got {type(input).__name__}"
             )
         if input.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got {input.ndim}D instead")
