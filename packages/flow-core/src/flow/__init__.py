@@ -108,9 +108,21 @@ def _export_ops() -> None:
 
 
 _export_ops()
-from flow import distributions, fft, func, linalg, nn, optim, special, testing, utils  # noqa: E402
+from flow import (  # noqa: E402
+    distributions,
+    fft,
+    func,
+    linalg,
+    nn,
+    optim,
+    sparse,
+    special,
+    testing,
+    utils,
+)
 from flow.graph import compile  # noqa: E402  (graph mode; flow.nn.Graph is the class form)
 from flow.serialization import load, save  # noqa: E402
+from flow.sparse import sparse_coo_tensor  # noqa: E402
 
 float = float32  # noqa: A001 - PyTorch's aliases
 double = float64
@@ -120,7 +132,7 @@ int = int32  # noqa: A001
 short = int16
 
 # PyTorch-compatibility namespaces and names that scripts use at the top, even on one CPU
-from flow import accelerator, cuda, multiprocessing  # noqa: E402  (flow.cuda forwards to flow-cuda)
+from flow import accelerator, cuda, distributed, multiprocessing  # noqa: E402  (cuda, distributed: via plugins)
 from flow._legacy_types import (  # noqa: E402
     BFloat16Tensor,
     BoolTensor,

@@ -28,6 +28,7 @@ from flow._methods.nn import NNMethods
 from flow._methods.python_map import PythonMapMethods
 from flow._methods.random_fill import RandomFillMethods
 from flow._methods.reduction import ReductionMethods
+from flow._methods.sparse import SparseLayoutMethods
 from flow._methods.view_meta import ViewMetaMethods
 
 _ndarray = np.ndarray
@@ -51,6 +52,7 @@ class Tensor(
     PythonMapMethods,
     ExtraOpsMethods,
     LinalgDecompMethods,
+    SparseLayoutMethods,
 ):
     """A multi-dimensional array on a device, with autograd.
 

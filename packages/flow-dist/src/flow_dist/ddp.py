@@ -20,6 +20,9 @@ the same backward.
 - In a compiled graph (``nn.Graph`` / ``flow.compile`` tracing a step through the wrapper) the
   average of each gradient and the buffers' broadcast are recorded as ``sbp_boxing`` nodes of the
   graph, whose ``gradient_buckets`` pass fuses the gradients' all-reduces into buckets.
+- torch's keywords work: ``output_device``, ``process_group`` (the whole job: ``group.WORLD`` of
+  ``flow.distributed``), ``bucket_cap_mb`` (``bucket_size_mb``), and the reducer's tuning options
+  (``dim``, ``gradient_as_bucket_view``, ``static_graph``, ...), which change no result here.
 - ``state_dict`` keys carry the ``module.`` prefix, as in PyTorch; ``.module`` is the wrapped
   module.
 """
@@ -53,6 +56,10 @@ def _boxed(piece, world: int, *layouts):
     return g.local
 
 
+# torch.nn.parallel.DistributedDataParallel's options that only tune its reducer
+_TORCH_TUNING = {"dim", "check_reduction", "gradient_as_bucket_view", "static_graph", "init_sync"}
+
+
 class _Bucket:
     __slots__ = ("params", "sizes", "dtype", "ready", "work", "flat", "total")
 
@@ -75,10 +82,28 @@ class DistributedDataParallel(nn.Module):
         bucket_size_mb: float = 25.0,
         broadcast_buffers: bool = True,
         find_unused_parameters: bool = False,
+        *,
+        output_device=None,
+        process_group=None,
+        bucket_cap_mb: float | None = None,
+        **torch_options,
     ) -> None:
         super().__init__()
         if not isinstance(module, nn.Module):
             raise TypeError(f"DistributedDataParallel: expected an nn.Module, got {type(module).__name__}")
+        # torch's keywords: bucket_cap_mb is bucket_size_mb; the others (dim, static_graph,
+        # gradient_as_bucket_view, ...) tune torch's reducer and change no result here
+        unknown = sorted(set(torch_options) - _TORCH_TUNING)
+        if unknown:
+            raise TypeError(f"DistributedDataParallel: unexpected keyword argument(s) {unknown}")
+        if bucket_cap_mb is not None:
+            bucket_size_mb = bucket_cap_mb
+        ranks = getattr(process_group, "ranks", None)
+        if ranks is not None and tuple(ranks) != tuple(range(get_backend("cpu").size)):
+            raise CommError(
+                f"DistributedDataParallel: process_group {list(ranks)} is not the whole job; replicas on a "
+                "subgroup are not supported"
+            )
         if bucket_size_mb <= 0:
             raise ValueError(f"DistributedDataParallel: bucket_size_mb must be positive, got {bucket_size_mb}")
         self.module = module

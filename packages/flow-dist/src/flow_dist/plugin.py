@@ -12,7 +12,8 @@ flow's plugin manager imports this module and runs its hooks:
 - ``flow_register_rules``: the SBP rules of flow-core's ops;
 - ``flow_register_api``: ``flow.placement``, ``flow.sbp``, ``flow.env``, ``flow.comm``,
   ``Tensor.to_global`` / ``to_local``, ``nn.Module.to_global``, the factories' ``placement=``;
-  and the global array kind with its handler (:mod:`flow_dist.handler`).
+  and the global array kind with its handler (:mod:`flow_dist.handler`); ``"distributed.impl"``, what
+  ``flow.distributed`` (torch.distributed's API) runs on (:mod:`flow_dist.torch_api`).
 
 mpi4py is imported when flow loads its plugins in a process of a multi-process job (started by
 mpiexec or flow-launch), so that an exception on one rank aborts the job; a single process never
@@ -69,7 +70,7 @@ def flow_register_api(registry) -> None:
 
     from flow import array_kinds
     from flow.graph.tracer import register_library_dir
-    from flow_dist import api, checkpoint, comm, env, sbp
+    from flow_dist import api, checkpoint, comm, env, sbp, torch_api
     from flow_dist.ddp import DistributedDataParallel
     from flow_dist.global_array import GlobalArray
     from flow_dist.handler import global_handler
@@ -86,6 +87,7 @@ def flow_register_api(registry) -> None:
     registry.register_api("global_constant", api.global_constant)
     registry.register_api("global_load", checkpoint.global_load)
     registry.register_api("nn.parallel.DistributedDataParallel", DistributedDataParallel)
+    registry.register_api("distributed.impl", torch_api)  # what flow.distributed (torch's API) runs on
     array_kinds.register_array_kind(GlobalArray, global_handler)
     register_library_dir(os.path.dirname(os.path.abspath(__file__)))  # graph nodes name the user's lines
     if env.get_world_size() > 1:

@@ -9,12 +9,14 @@ from flow.optim.adamax import Adamax
 from flow.optim.asgd import ASGD
 from flow.optim.errors import OptimizerError, OptimizerTypeError
 from flow.optim.lamb import LAMB
+from flow.optim.lbfgs import LBFGS
 from flow.optim.nadam import NAdam
 from flow.optim.optimizer import Optimizer
 from flow.optim.radam import RAdam
 from flow.optim.rmsprop import RMSprop
 from flow.optim.rprop import Rprop
 from flow.optim.sgd import SGD
+from flow.optim.sparse_adam import SparseAdam
 
 Lamb = LAMB
 
@@ -35,5 +37,7 @@ __all__ = [
     "ASGD",
     "LAMB",
     "Lamb",
+    "LBFGS",
+    "SparseAdam",
     "lr_scheduler",
 ]
