@@ -81,6 +81,15 @@ _FP32 = (
     "ctc_loss",
     "ctc_loss_backward",
     "max_unpool2d",
+    # decompositions and solvers: LAPACK has no low-precision kernels (torch's linalg_* run in float32)
+    "linalg_inv",
+    "linalg_det",
+    "linalg_slogdet",
+    "linalg_solve",
+    "linalg_cholesky",
+    "linalg_qr",
+    "linalg_eigh",
+    "linalg_svd",
     # master weights: optimizer updates read float32 parameters, gradients and states
     "optimizer_update",
     "sgd_update",
