@@ -133,12 +133,6 @@ class Row:
 # A loss made of subtractions and means on low-precision inputs then runs low where torch's
 # autocast, which sees the whole loss, runs it in float32; a product written as matmul + add
 # promotes to float32 where torch runs the whole op low.
-def _composite(name: str) -> str:
-    return f"flow's {name} is a composite of primitive ops, so autocast cannot colour it as a whole"
-
-
-ADD_PRODUCT = "flow's {} is matmul + a float32 add (flow/ops/linalg.py), which promotes; torch runs it low"
-MATMUL_PRODUCT = "flow's {} is a matmul (flow/ops/linalg.py), which runs low; torch keeps {} in float32"
 
 
 def _rows() -> list[Row]:
@@ -150,21 +144,19 @@ def _rows() -> list[Row]:
         Row("tensor-matmul-operator", lambda m, F, a, b: a @ b, (f(3, 4), f(4, 5))),
         Row("mm", lambda m, F, a, b: m.mm(a, b), (f(3, 4), f(4, 5))),
         Row("bmm", lambda m, F, a, b: m.bmm(a, b), (f(2, 3, 4), f(2, 4, 5))),
-        Row("addmm", lambda m, F, c, a, b: m.addmm(c, a, b), (f(3, 5), f(3, 4), f(4, 5)), ADD_PRODUCT.format("addmm")),
+        Row("addmm", lambda m, F, c, a, b: m.addmm(c, a, b), (f(3, 5), f(3, 4), f(4, 5))),
         Row(
             "baddbmm",
             lambda m, F, c, a, b: m.baddbmm(c, a, b),
             (f(2, 3, 5), f(2, 3, 4), f(2, 4, 5)),
-            ADD_PRODUCT.format("baddbmm"),
         ),
         Row(
             "addbmm",
             lambda m, F, c, a, b: m.addbmm(c, a, b),
             (f(3, 5), f(2, 3, 4), f(2, 4, 5)),
-            ADD_PRODUCT.format("addbmm"),
         ),
-        Row("dot", lambda m, F, a, b: m.dot(a, b), (f(4), f(4)), MATMUL_PRODUCT.format("dot", "dot")),
-        Row("mv", lambda m, F, a, b: m.mv(a, b), (f(3, 4), f(4)), MATMUL_PRODUCT.format("mv", "mv")),
+        Row("dot", lambda m, F, a, b: m.dot(a, b), (f(4), f(4))),
+        Row("mv", lambda m, F, a, b: m.mv(a, b), (f(3, 4), f(4))),
         Row("outer", lambda m, F, a, b: m.outer(a, b), (f(3), f(4))),
         Row("addmv", lambda m, F, c, a, v: m.addmv(c, a, v), (f(3), f(3, 4), f(4))),
         Row("addr", lambda m, F, c, a, b: m.addr(c, a, b), (f(3, 4), f(3), f(4))),
@@ -202,9 +194,7 @@ def _rows() -> list[Row]:
             lambda m, F, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
             (f(2, 4, 8), f(2, 4, 8), f(2, 4, 8)),
         ),
-        Row(
-            "prelu", lambda m, F, x, w: F.prelu(x, w), (f(2, 3, 4), f(3)), _composite("F.prelu") + "; torch runs it low"
-        ),
+        Row("prelu", lambda m, F, x, w: F.prelu(x, w), (f(2, 3, 4), f(3))),
         Row("bilinear", lambda m, F, a, b, w, bias: F.bilinear(a, b, w, bias), (f(3, 4), f(3, 5), f(2, 4, 5), f(2))),
         # -- float32 (torch's CPU fp32 list) --
         Row("prod", lambda m, F, x: m.prod(x), (f(2, 3),)),
@@ -261,8 +251,6 @@ def _rows() -> list[Row]:
             "interpolate-nearest",
             lambda m, F, x: F.interpolate(x, scale_factor=2.0),
             (f(1, 2, 3, 3),),
-            "flow's F.interpolate is a chain of matmuls with interpolation matrices (flow/nn/functional/"
-            "interpolate.py, apply_separable), which run low; torch's upsampling keeps its input's dtype",
         ),
         Row("add", lambda m, F, a, b: a + b, (f(2, 3), f(2, 3))),
         Row("mul-scalar", lambda m, F, a: a * 3.0, (f(2, 3),)),
@@ -309,36 +297,15 @@ def _rows() -> list[Row]:
     return rows
 
 
-# The losses flow writes as composites, and the rows where that shows: on low-precision inputs
-# their subtractions, products and means run low, where torch's autocast (which sees the whole
-# loss) runs it in float32. A float32 target usually hides it (the first binary op promotes).
-COMPOSITE_LOSSES = {
-    "cross_entropy-probs": ("low-inputs",),  # probability targets: log_softmax * target, summed
-    "mse_loss": ("low-inputs",),
-    "l1_loss": ("low-inputs",),
-    "smooth_l1_loss": ("low-inputs",),
-    "huber_loss": ("low-inputs",),
-    "binary_cross_entropy_with_logits": ("low-inputs",),
-    "kl_div": ("low-inputs",),
-    "margin_ranking_loss": ("low-inputs",),
-    "soft_margin_loss": ("low-inputs",),
-    "hinge_embedding_loss": ("low-prediction", "low-inputs"),  # where(target == 1, input, input * 0)
-    "poisson_nll_loss": ("low-inputs",),
-    "cosine_embedding_loss": ("low-inputs",),
-    "triplet_margin_loss": ("low-inputs",),
-}
-
-
 def _loss(name: str, fn: Callable, inputs: tuple) -> list[Row]:
     """Rows of one loss: on float32 inputs; on a low-precision prediction (the first input) with
-    float32 targets; and with every floating input low."""
-    differs = COMPOSITE_LOSSES.get(name, ())
-    why = _composite(f"F.{name.split('-')[0]}")
+    float32 targets; and with every floating input low. flow writes many losses as composites
+    (flow.ops.composite), which autocast colours as a whole, as torch's autocast colours its ops."""
     pred = (low(inputs[0]),) + tuple(inputs[1:])
     every = tuple(low(x) for x in inputs)
-    rows = [Row(name, fn, inputs), Row(f"{name}-low-prediction", fn, pred, why if "low-prediction" in differs else "")]
+    rows = [Row(name, fn, inputs), Row(f"{name}-low-prediction", fn, pred)]
     if every != pred:
-        rows.append(Row(f"{name}-low-inputs", fn, every, why if "low-inputs" in differs else ""))
+        rows.append(Row(f"{name}-low-inputs", fn, every))
     return rows
 
 
@@ -402,9 +369,9 @@ def _loss_rows() -> list[Row]:
             for tag, spec in (("", f), ("-low-input", lo))
         ),
         Row("linalg.det", lambda m, F, a: m.linalg.det(a), (f(3, 3),)),
-        # composites torch keeps in float32 that flow colours through the ops they are made of
+        # composites (flow.ops.composite) torch keeps in float32
         *(
-            Row(name, fn, (lo(3, 4),), xfail="a composite: runs in its input's dtype (OpDef.composite not done)")
+            Row(name, fn, (lo(3, 4),))
             for name, fn in (
                 ("cdist-low-input", lambda m, F, a: m.cdist(a, a)),
                 ("trace-low-input", lambda m, F, a: m.trace(a)),

@@ -393,7 +393,6 @@ def test_mnist_with_device_probing():
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.xfail(strict=False, reason="needs flow.compile(module) that trains")
 def test_nanogpt_compile():
     out = _mock_run(os.path.join(SCRIPTS, "nanogpt.py"), "--max_iters", "4", "--compile")
     assert out.returncode == 0, out.stderr

@@ -22,6 +22,7 @@ import flow
 from flow import _dtype as D
 from flow import interceptors
 from flow.errors import FlowError
+from flow.ops.composite import CompositeOp
 from flow_amp import colors as C
 
 __all__ = [
@@ -271,9 +272,13 @@ def _intercept(op, inputs: tuple, attrs: dict):
         return x
 
     new = _map(inputs, conv)
-    if not changed:
+    if not changed and op.__class__ is not CompositeOp:
         return NotImplemented
+    # a coloured composite runs below autocast, as one op: its body's ops keep the dtypes chosen here
     return interceptors.redispatch(op, new, attrs)
+
+
+_intercept.sees_composites = True  # composites (flow.ops.composite) are coloured as a whole, as torch's ops
 
 
 # -- custom autograd Functions ------------------------------------------------------------------

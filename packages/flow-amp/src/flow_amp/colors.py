@@ -98,6 +98,32 @@ _FP32 = (
     "amp_unscale",
     "amp_update_scale",
 )
+# composites (flow.ops.composite): flow writes these as compositions of primitive ops; torch's autocast
+# colours its own single ops of these names, so they are coloured as a whole (their bodies then run
+# below autocast in the dtype chosen for the call)
+_COMPOSITE_LOW = ("addmm", "baddbmm", "addbmm", "prelu")
+_COMPOSITE_FP32 = (
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
+    "margin_ranking_loss",
+    "soft_margin_loss",
+    "hinge_embedding_loss",
+    "poisson_nll_loss",
+    "cosine_embedding_loss",
+    "triplet_margin_loss",
+    "dot",
+    "mv",
+    "cdist",
+    "trace",
+    "quantile",
+    "nanquantile",
+)
+# upsampling keeps its input's dtype in torch; flow's interpolation matrices must not run low
+_COMPOSITE_INFER = ("interpolate",)
 _PROMOTE = ("cat", "stack", "where")
 # flow's layer_norm kernel wants its weight in the input's dtype; casting the weight to the
 # activation's dtype gives the dtype PyTorch's CPU kernel gives for mixed inputs (its input's).
@@ -137,10 +163,12 @@ _FP32_CUDA = (
 def core_colors() -> dict[str, object]:
     """The colours of flow-core's ops (what flow-amp's plugin puts into the table)."""
     rules: dict[str, object] = {}
-    for name in _LOW:
+    for name in _LOW + _COMPOSITE_LOW:
         rules[name] = ALLOW
-    for name in _FP32:
+    for name in _FP32 + _COMPOSITE_FP32:
         rules[name] = DENY
+    for name in _COMPOSITE_INFER:
+        rules[name] = INFER
     for name in _PROMOTE:
         rules[name] = PROMOTE
     for name in _INFER:

@@ -42,10 +42,11 @@ def flow_register_tables(registry) -> None:
 
 @hookimpl
 def flow_register_rules(registry) -> None:
+    from flow.ops.composite import COMPOSITES
     from flow_amp.colors import TABLE, core_colors
 
     for name, rule in core_colors().items():
-        if name in registry.ops:
+        if name in registry.ops or name in COMPOSITES:
             registry.register_rule(TABLE, name, rule)
 
 

@@ -127,10 +127,44 @@ def call(op, *inputs, **attrs):
         h = _handle_for(op)
         op = h.opdef or h.resolve()
     elif cls is not OpDef:
+        if getattr(op, "is_composite", False):  # flow.ops.composite: redispatched by an interceptor
+            return call_composite(op, inputs, attrs) if _ACTIVE[0] and _CHAIN.chain else op.fn(*inputs, **attrs)
         raise TypeError(f"flow.ops.call: expected an op name, handle or OpDef, got {type(op).__name__}")
     if _ACTIVE[0] and _CHAIN.chain:
         return _intercepted(op, inputs, attrs)
     return execute(op, inputs, attrs)
+
+
+def call_composite(op, inputs: tuple, attrs: dict):
+    """Offer a composite op's call to the visible interceptors that see composites (innermost
+    first), else run its body, whose ops the same interceptors see (see :mod:`flow.ops.composite`)."""
+    state = _CHAIN
+    chain = state.chain
+    top = state.visible
+    i = (len(chain) if top is None else min(top, len(chain))) - 1
+    while i >= 0:
+        fn = chain[i]
+        if getattr(fn, "sees_composites", False):
+            state.visible = i
+            try:
+                r = fn(op, inputs, attrs)
+            finally:
+                state.visible = top
+            if r is not NotImplemented:
+                return r
+        i -= 1
+    return op.fn(*inputs, **attrs)
+
+
+def run_composite_below(op, inputs: tuple, attrs: dict):
+    """A composite op's body with no interceptor seeing its ops (``flow.interceptors.run_op``)."""
+    state = _CHAIN
+    top = state.visible
+    state.visible = 0
+    try:
+        return op.fn(*inputs, **attrs)
+    finally:
+        state.visible = top
 
 
 def _intercepted(op, inputs: tuple, attrs: dict):

@@ -17,6 +17,10 @@ next one out sees the call, and so on, and the op runs when none answered. Ops t
 interceptor itself calls (to compute its answer, or to pass a changed call on with
 :func:`redispatch`) are seen only by the interceptors outside it, so an interceptor never
 sees its own calls. With no interceptor active the dispatcher does no extra work.
+
+An interceptor with the attribute ``sees_composites = True`` is also offered the calls of
+composite ops (functions made of other ops, such as ``F.mse_loss``; see :mod:`flow.ops.composite`),
+whose ``op`` is a :class:`flow.ops.composite.CompositeOp`.
 """
 
 from __future__ import annotations
@@ -52,4 +56,6 @@ def redispatch(op, inputs, attrs=None):
 def run_op(op, inputs, attrs=None):
     """Run the op itself (an op name, handle or OpDef), skipping every interceptor (not array kinds:
     see :mod:`flow.array_kinds`)."""
+    if getattr(op, "is_composite", False):
+        return _dispatch.run_composite_below(op, tuple(inputs), dict(attrs or {}))
     return _dispatch.execute(_dispatch.opdef(op), tuple(inputs), dict(attrs or {}))

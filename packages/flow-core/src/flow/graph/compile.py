@@ -208,8 +208,49 @@ class CompiledFunction(Runner):
         return s
 
 
-def compile(fn=None, *, config: GraphConfig | None = None, name: str | None = None):  # noqa: A001
-    """Compile ``fn`` with graph mode (also usable as ``@flow.compile`` or ``@flow.compile(config=...)``)."""
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile(  # noqa: A001
+    fn=None,
+    *,
+    config: GraphConfig | None = None,
+    name: str | None = None,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    mode: str | None = None,
+    backend=None,
+    options: dict | None = None,
+    disable: bool = False,
+):
+    """Compile ``fn`` with graph mode (also usable as ``@flow.compile`` or ``@flow.compile(config=...)``).
+
+    A function gives a :class:`CompiledFunction`; a ``flow.nn.Module`` gives an
+    :class:`~flow.graph.compile_module.OptimizedModule` whose forward and backward are compiled.
+    ``torch.compile``'s keywords are accepted: ``disable=True`` returns ``fn`` itself; ``fullgraph``
+    (graph mode always compiles the whole function), ``dynamic`` (shapes are always specialised),
+    ``mode``, ``backend`` and ``options`` have no meaning in flow and are checked, then ignored.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"flow.compile: unknown mode {mode!r}; expected one of {', '.join(map(repr, _MODES))}")
+    if mode is not None and options is not None:
+        raise ValueError("flow.compile: either mode or options can be given, not both")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"flow.compile: options must be a dict, got {type(options).__name__}")
+
+    def make(f):
+        from flow.nn.modules.module import Module
+
+        if disable:
+            return f
+        if isinstance(f, Module):
+            from flow.graph.compile_module import OptimizedModule
+
+            return OptimizedModule(f, config, name)
+        if not callable(f):
+            raise TypeError(f"flow.compile: expected a function or a flow.nn.Module, got {type(f).__name__}")
+        return CompiledFunction(f, config, name)
+
     if fn is None:
-        return lambda f: CompiledFunction(f, config, name)
-    return CompiledFunction(fn, config, name)
+        return make
+    return make(fn)

@@ -7,5 +7,6 @@ including ops added by plugins.
 from __future__ import annotations
 
 from flow._dispatch import call
+from flow.ops.composite import CompositeOp, composite
 
-__all__ = ["call"]
+__all__ = ["call", "composite", "CompositeOp"]

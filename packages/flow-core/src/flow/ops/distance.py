@@ -11,6 +11,7 @@ import math
 from flow import _dtype as D
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
+from flow.ops.composite import composite
 
 __all__ = ["cdist", "pdist", "quantile", "nanquantile"]
 
@@ -51,6 +52,7 @@ def _check_p(op: str, p) -> float:
     return float(p)
 
 
+@composite("cdist")
 def cdist(x1, x2, p: float = 2.0, compute_mode: str = "use_mm_for_euclid_dist_if_necessary"):
     """The p-norm distance between each row of ``x1`` (..., P, M) and each row of ``x2`` (..., R, M).
 
@@ -184,6 +186,7 @@ def _quantile(op: str, input, q, dim, keepdim: bool, interpolation: str, ignore_
     return out
 
 
+@composite("quantile")
 def quantile(input, q, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"):
     """The ``q``-quantiles of ``input`` (over ``dim``, or of all elements), as ``torch.quantile``.
 
@@ -197,6 +200,7 @@ def quantile(input, q, dim: int | None = None, keepdim: bool = False, *, interpo
     return _quantile("quantile", input, q, dim, keepdim, interpolation, ignore_nan=False)
 
 
+@composite("nanquantile")
 def nanquantile(input, q, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"):
     """As :func:`quantile`, ignoring NaN (a slice of NaN only gives NaN), as ``torch.nanquantile``."""
     return _quantile("nanquantile", input, q, dim, keepdim, interpolation, ignore_nan=True)

@@ -8,6 +8,7 @@ from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops._define import defop, kernel
 from flow.ops._grad_util import sum_to_shape
+from flow.ops.composite import composite
 from flow.registry.ops import NUMERIC, Attr
 
 
@@ -344,6 +345,7 @@ def _check_nd(op, x, nd, arg):
         raise OpError(op, f"'{arg}' must be {nd}-d, got shape {tuple(x.shape)}")
 
 
+@composite("dot")
 def dot(input, other):
     """Dot product of two 1-d tensors of the same dtype and length."""
     _check_nd("dot", input, 1, "input")
@@ -408,6 +410,7 @@ def tensordot(a, b, dims=2):
     return matmul(am, bm).reshape(*[a.shape[i] for i in ra], *[b.shape[j] for j in rb])
 
 
+@composite("mv")
 def mv(input, vec):
     """Matrix-vector product."""
     _check_nd("mv", input, 2, "input")
@@ -430,6 +433,7 @@ def _scaled_add(op, input, prod, beta, alpha):
     return prod + (input if beta == 1 else input * beta)
 
 
+@composite("addmm")
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """``beta * input + alpha * (mat1 @ mat2)`` (``input`` broadcast; ignored when ``beta == 0``)."""
     return _scaled_add("addmm", input, mm(mat1, mat2), beta, alpha)
@@ -443,10 +447,12 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1):
     return _scaled_add("addr", input, outer(vec1, vec2), beta, alpha)
 
 
+@composite("baddbmm")
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     return _scaled_add("baddbmm", input, bmm(batch1, batch2), beta, alpha)
 
 
+@composite("addbmm")
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     return _scaled_add("addbmm", input, bmm(batch1, batch2).sum(0), beta, alpha)
 

@@ -13,6 +13,7 @@ import numpy as np
 from flow import _dtype as D
 from flow.errors import OpError, OpIndexError, OpTypeError
 from flow.ops import meta as M
+from flow.ops.composite import composite
 
 __all__ = [
     "kron",
@@ -58,6 +59,7 @@ def kron(input, other):
     return (av * bv).reshape(tuple(p * q for p, q in zip(sa, sb)))
 
 
+@composite("trace")
 def trace(input):
     """The sum of the main diagonal of a 2-d tensor, as ``torch.trace`` (integer input sums to int64)."""
     x = _tensor("trace", input)

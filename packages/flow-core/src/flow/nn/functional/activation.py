@@ -11,6 +11,7 @@ from __future__ import annotations
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops.clamp_where import clamp, where
+from flow.ops.composite import composite
 from flow.ops.inplace import inplace_call
 from flow.ops.nn_act import log_softmax, silu, softmax, softmin
 from flow.ops.unary import expm1, sigmoid, softplus, tanh
@@ -260,6 +261,7 @@ def _unit(x, i):
     return flow.tensor(v, dtype=x.dtype, device=x.device)
 
 
+@composite("prelu")
 def prelu(input, weight):
     """``x`` for ``x > 0``, else ``weight * x`` with one weight or one per channel (dim 1)."""
     _float("prelu", input)

@@ -14,6 +14,7 @@ import numpy as np
 
 from flow.errors import OpError, OpTypeError
 from flow.nn.functional.conv import check_input
+from flow.ops.composite import composite
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear"]
 
@@ -117,6 +118,7 @@ def apply_separable(x, mats):
     return out
 
 
+@composite("interpolate")
 def interpolate(
     input,
     size=None,

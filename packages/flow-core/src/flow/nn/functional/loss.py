@@ -15,6 +15,7 @@ from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops import nn_loss as _L
 from flow.ops.clamp_where import clamp, where
+from flow.ops.composite import composite
 from flow.ops.nn_act import log_softmax
 from flow.ops.nn_bce import binary_cross_entropy as _bce
 from flow.ops.unary import exp, log, relu, softplus
@@ -110,6 +111,7 @@ def _weighted(op, loss, weight, input, reduction, mean_by_weight: bool):
 
 
 # -- classification ---------------------------------------------------------------------------------------
+@composite("cross_entropy")
 def cross_entropy(
     input,
     target,
@@ -192,6 +194,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
+@composite("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(
     input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None
 ):
@@ -221,6 +224,7 @@ def _xlogy_self(t):
     return where(pos, t * log(where(pos, t, 1.0)), 0.0)
 
 
+@composite("kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
     """KL divergence with ``input`` log-probabilities; ``reduction='batchmean'`` matches the math definition."""
     op = "kl_div"
@@ -246,6 +250,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
 
 
 # -- regression ----------------------------------------------------------------------------------------------
+@composite("mse_loss")
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
     """Mean squared error; ``weight`` (input's shape) gives a weighted mean."""
     reduction = _pair("mse_loss", input, target, reduction, size_average, reduce)
@@ -253,12 +258,14 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     return _weighted("mse_loss", d * d, weight, input, reduction, True)
 
 
+@composite("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
     """Mean absolute error; ``weight`` (input's shape) gives a weighted mean."""
     reduction = _pair("l1_loss", input, target, reduction, size_average, reduce)
     return _weighted("l1_loss", (input - target).abs(), weight, input, reduction, True)
 
 
+@composite("smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
     """``0.5 d^2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta``."""
     reduction = _pair("smooth_l1_loss", input, target, reduction, size_average, reduce)
@@ -270,6 +277,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     return _reduce(where(a < beta, a * a * (0.5 / beta), a - 0.5 * beta), reduction)
 
 
+@composite("huber_loss")
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
     """``0.5 d^2`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``."""
     reduction = _pair("huber_loss", input, target, reduction)
@@ -280,6 +288,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     return _weighted("huber_loss", loss, weight, input, reduction, False)
 
 
+@composite("poisson_nll_loss")
 def poisson_nll_loss(
     input,
     target,
@@ -332,6 +341,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
 
 
 # -- margin / embedding losses ---------------------------------------------------------------------------------
+@composite("margin_ranking_loss")
 def margin_ranking_loss(
     input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"
 ):
@@ -342,12 +352,14 @@ def margin_ranking_loss(
     return _reduce(relu(-target * (input1 - input2) + margin), reduction)
 
 
+@composite("soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     """``log(1 + exp(-y x))``."""
     reduction = _pair("soft_margin_loss", input, target, reduction, size_average, reduce)
     return _reduce(softplus(-target * input), reduction)
 
 
+@composite("hinge_embedding_loss")
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean"):
     """``x`` where ``y == 1``, ``max(0, margin - x)`` where ``y == -1``."""
     reduction = _pair("hinge_embedding_loss", input, target, reduction, size_average, reduce)
@@ -396,6 +408,7 @@ def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool =
     return vector_norm(x1 - x2 + eps, p, max(nd - 1, 0), keepdim)
 
 
+@composite("cosine_embedding_loss")
 def cosine_embedding_loss(
     input1, input2, target, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"
 ):
@@ -415,6 +428,7 @@ def cosine_embedding_loss(
     return _reduce(loss, reduction)
 
 
+@composite("triplet_margin_loss")
 def triplet_margin_loss(
     anchor,
     positive,
