@@ -125,3 +125,87 @@ def test_bad_options_and_usage_raise():
     q = flow.zeros(3, requires_grad=True)
     with pytest.raises(OptimizerError, match="parameters"):
         opt.load_state_dict(flow.optim.LBFGS([p, q]).state_dict())
+
+
+def _quadratic_closure(opt, p, fail_at=None, bad_grad=False):
+    """A closure of 0.5 * |p - 1|^2 that fails at evaluation ``fail_at``: raises, or gives a wrong-shape gradient."""
+    calls = [0]
+
+    def closure():
+        calls[0] += 1
+        opt.zero_grad()
+        loss = ((p - 1.0) ** 2).sum() * 0.5
+        loss.backward()
+        if calls[0] == fail_at:
+            if not bad_grad:
+                raise RuntimeError("model blew up")
+            p.grad = flow.zeros(p.numel() + 1, dtype=p.dtype)
+        return loss
+
+    return closure, calls
+
+
+@pytest.mark.parametrize("bad_grad", [False, True], ids=["closure_raises", "wrong_gradient"])
+@pytest.mark.parametrize("line_search_fn", [None, "strong_wolfe"])
+def test_a_step_failing_part_way_leaves_parameters_and_state_unchanged(bad_grad, line_search_fn):
+    p = flow.tensor([3.0, -2.0, 0.5], dtype=flow.float64, requires_grad=True)
+    opt = flow.optim.LBFGS([p], lr=0.5, max_iter=6, line_search_fn=line_search_fn)
+    closure, _ = _quadratic_closure(opt, p)
+    opt.step(closure)
+    before, sd = p.detach().numpy().copy(), opt.state_dict()
+    closure, calls = _quadratic_closure(opt, p, fail_at=3, bad_grad=bad_grad)
+    err, text = (OptimizerError, r"params'\]\[0\] of shape \(3,\) has a gradient of shape \(4,\)")
+    if not bad_grad:
+        err, text = RuntimeError, "blew up"
+    with pytest.raises(err, match=text):
+        opt.step(closure)
+    assert calls[0] == 3  # the failure came after updates of this step
+    np.testing.assert_array_equal(p.detach().numpy(), before)
+    after = opt.state_dict()["state"][0]
+    assert after["n_iter"] == sd["state"][0]["n_iter"] and after["func_evals"] == sd["state"][0]["func_evals"]
+    assert len(after["old_dirs"]) == len(sd["state"][0]["old_dirs"])
+    np.testing.assert_array_equal(after["d"].numpy(), sd["state"][0]["d"].numpy())
+    # and the next step is the one a fresh copy of the optimizer takes
+    q = flow.tensor(before, requires_grad=True)
+    twin = flow.optim.LBFGS([q], lr=0.5, max_iter=6, line_search_fn=line_search_fn)
+    twin.load_state_dict(sd)
+    for o, x in ((opt, p), (twin, q)):
+        o.step(_quadratic_closure(o, x)[0])
+    np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+
+
+def test_loads_torch_state_dict_and_continues_like_torch():
+    kw = dict(lr=1.0, max_iter=3, history_size=4, line_search_fn="strong_wolfe")
+    _, topt = _run_rosenbrock(torch, kw, 2)
+    tp = topt.param_groups[0]["params"][0]
+    tsd = topt.state_dict()
+
+    def to_flow(v):
+        if isinstance(v, torch.Tensor):
+            return flow.tensor(v.detach().numpy())
+        return [to_flow(x) for x in v] if isinstance(v, list) else v
+
+    fsd = {"state": {0: {k: to_flow(v) for k, v in tsd["state"][0].items()}}, "param_groups": tsd["param_groups"]}
+    fp = flow.tensor(tp.detach().numpy(), requires_grad=True)
+    fopt = flow.optim.LBFGS([fp], lr=0.1)
+    fopt.load_state_dict(fsd)
+    for lib, o, x in ((flow, fopt, fp), (torch, topt, tp)):
+
+        def closure(o=o, x=x, lib=lib):
+            o.zero_grad()
+            loss = _rosenbrock(lib, x)
+            loss.backward()
+            return loss
+
+        o.step(closure)
+    np.testing.assert_allclose(fp.detach().numpy(), tp.detach().numpy(), rtol=1e-10)
+    assert fopt.state_dict()["state"][0]["n_iter"] == topt.state_dict()["state"][0]["n_iter"]
+
+
+def test_max_eval_defaults_as_in_torch_for_every_int_kind():
+    p = flow.zeros(2, requires_grad=True)
+    for max_iter in (4, np.int64(4), 20):
+        want = torch.optim.LBFGS([torch.zeros(2, requires_grad=True)], max_iter=int(max_iter)).defaults["max_eval"]
+        assert flow.optim.LBFGS([p], max_iter=max_iter).param_groups[0]["max_eval"] == want
+    with pytest.raises(OptimizerTypeError, match="LBFGS: max_iter must be an int, got float 2.5"):
+        flow.optim.LBFGS([p], max_iter=2.5)

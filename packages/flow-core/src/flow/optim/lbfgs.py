@@ -8,17 +8,28 @@ concatenation of all of them), as PyTorch does; the scalars of the recursion are
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
 from typing import Callable
+
+import numpy as np
 
 from flow._tensor import Tensor
 from flow.autograd import enable_grad, no_grad
-from flow.optim._hyper import Int, Real
+from flow.optim._flat import check_param_array
+from flow.optim._hyper import Int, Real, _show
+from flow.optim._state_dict import check_state_dict
 from flow.optim.errors import OptimizerError, OptimizerTypeError
 from flow.optim.optimizer import Optimizer, _float
 
 _LINE_SEARCHES = (None, "strong_wolfe")
 _TENSOR_STATES = ("d", "prev_flat_grad")
 _LIST_STATES = ("old_dirs", "old_stps")
+_COUNT_STATES = ("func_evals", "n_iter")
+_REAL_STATES = ("t", "H_diag", "prev_loss")
+_REAL_LIST_STATES = ("ro", "al")
+_STATES = _TENSOR_STATES + _LIST_STATES + _COUNT_STATES + _REAL_STATES + _REAL_LIST_STATES
+_GROUPS_MSG = "LBFGS doesn't support per-parameter options (parameter groups)"
 
 
 def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None) -> float:
@@ -153,8 +164,8 @@ class LBFGS(Optimizer):
         history_size: int = 100,
         line_search_fn: str | None = None,
     ) -> None:
-        if max_eval is None and isinstance(max_iter, int) and not isinstance(max_iter, bool):
-            max_eval = max_iter * 5 // 4
+        if max_eval is None and isinstance(max_iter, (numbers.Integral, np.integer)) and not isinstance(max_iter, bool):
+            max_eval = int(max_iter) * 5 // 4
         defaults = dict(
             lr=lr,
             max_iter=max_iter,
@@ -165,21 +176,28 @@ class LBFGS(Optimizer):
             line_search_fn=line_search_fn,
         )
         self._lbfgs_state: dict = {}
+        # as in PyTorch, every group given is checked (types, duplicates across groups ...) before more than
+        # one is refused; after construction add_param_group refuses outright
+        self._built = False
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
-            raise OptimizerError("LBFGS doesn't support per-parameter options (parameter groups)")
+            raise OptimizerError(_GROUPS_MSG)
+        self._built = True
         self._params = self.param_groups[0]["params"]
 
     def _check_group(self, group: dict) -> None:
-        if group.get("line_search_fn") not in _LINE_SEARCHES:
-            v = group.get("line_search_fn")
-            cls = OptimizerTypeError if not isinstance(v, str) else OptimizerError
-            raise cls(f"LBFGS: line_search_fn must be None or 'strong_wolfe', got {v!r}")
+        v = group.get("line_search_fn")
+        if v is not None and not isinstance(v, str):
+            raise OptimizerTypeError(f"LBFGS: line_search_fn must be None or a str, got {type(v).__name__} {_show(v)}")
+        if v not in _LINE_SEARCHES:
+            raise OptimizerError(
+                f"LBFGS: Invalid line_search_fn: {v!r} (line_search_fn must be None or 'strong_wolfe')"
+            )
 
     def add_param_group(self, param_group: dict) -> None:
-        """Refused once the optimizer has its group: L-BFGS works on one flat vector of all parameters."""
-        if self.param_groups:
-            raise OptimizerError("LBFGS doesn't support per-parameter options (parameter groups)")
+        """Refused once the optimizer is built: L-BFGS works on one flat vector of all parameters."""
+        if self._built:
+            raise OptimizerError(_GROUPS_MSG)
         super().add_param_group(param_group)
 
     # -- the flat parameter vector -------------------------------------------------------------
@@ -188,12 +206,23 @@ class LBFGS(Optimizer):
         from flow.ops.shape_ops import cat
 
         views = []
-        for p in self._params:
+        for j, p in enumerate(self._params):
             g = p.grad
             if g is None:
                 views.append(C.zeros(p.numel(), dtype=p.dtype, device=p.device))
-            else:
-                views.append((g.to_dense() if g.is_sparse else g).reshape(-1))
+                continue
+            g = g.to_dense() if g.is_sparse else g
+            # a gradient that does not fit its parameter would shift every later one in the flat vector
+            label = f"param_groups[0]['params'][{j}]"
+            if tuple(g.shape) != tuple(p.shape):
+                raise OptimizerError(
+                    f"LBFGS: {label} of shape {tuple(p.shape)} has a gradient of shape {tuple(g.shape)}"
+                )
+            if g.dtype is not p.dtype or g.device != p.device:
+                raise OptimizerError(
+                    f"LBFGS: {label} ({p.dtype} on {p.device}) has a gradient of dtype {g.dtype} on {g.device}"
+                )
+            views.append(g.reshape(-1))
         return cat(views, 0)
 
     def _add_grad(self, step_size: float, update: Tensor) -> None:
@@ -216,12 +245,30 @@ class LBFGS(Optimizer):
     def step(self, closure: Callable | None = None):
         """Run up to ``max_iter`` L-BFGS iterations; ``closure`` re-evaluates the model and returns the loss.
 
-        Returns the loss of the first closure call."""
+        Returns the loss of the first closure call. Options, writable parameters and each evaluation's
+        gradients are checked; a step that fails (or whose closure raises) leaves the parameters and the
+        state as they were before it."""
         if closure is None or not callable(closure):
-            raise OptimizerTypeError("LBFGS: step() needs a closure that re-evaluates the model and returns the loss")
+            # nn.Graph steps its optimizers without a closure: this is also what compiling LBFGS reports
+            raise OptimizerTypeError(
+                "LBFGS: step() needs a closure that re-evaluates the model and returns the loss "
+                "(LBFGS runs eagerly: nn.Graph's add_optimizer cannot step it)"
+            )
         self._revalidate()
+        for j, p in enumerate(self._params):
+            check_param_array("LBFGS", f"param_groups[0]['params'][{j}]", p)
         with no_grad():
-            return self._step(closure)
+            # later evaluations run after updates: keep what is needed to undo the step (the state's tensors
+            # are replaced, never written, by a step; its lists are edited, so they are copied)
+            saved_params = [p.clone() for p in self._params]
+            saved_state = {k: list(v) if isinstance(v, list) else v for k, v in self._lbfgs_state.items()}
+            try:
+                return self._step(closure)
+            except BaseException:
+                for p, x in zip(self._params, saved_params):
+                    p.copy_(x)
+                self._lbfgs_state = saved_state
+                raise
 
     def _step(self, closure: Callable):
         group = self.param_groups[0]
@@ -340,39 +387,88 @@ class LBFGS(Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a state from :meth:`state_dict` (or PyTorch's LBFGS, with its tensors converted to flow).
 
-        Checked first: one group of as many parameters, and flat tensors of the parameters' total size."""
-        groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
-        if not isinstance(groups, list) or len(groups) != 1:
-            raise OptimizerError("LBFGS: load_state_dict expects a state dict with exactly one parameter group")
-        if len(groups[0].get("params", ())) != len(self._params):
-            raise OptimizerError(
-                f"LBFGS: loaded state dict has {len(groups[0].get('params', ()))} parameters, "
-                f"the optimizer has {len(self._params)}"
-            )
+        Everything is checked first (the group as :meth:`Optimizer.load_state_dict` checks it; the state: kept
+        under the first parameter, known names, flat tensors of the parameters' total size, counts and reals);
+        a mismatch raises OptimizerError and leaves the optimizer as it was."""
+        # the per-parameter state checks of the base class do not apply (LBFGS's state is of the flat vector)
+        groups_only = {k: v for k, v in state_dict.items() if k != "state"} if isinstance(state_dict, Mapping) else None
+        groups, _ = check_state_dict(self, groups_only if groups_only is not None else state_dict)
         raw = state_dict.get("state", {})
-        st = dict(raw.get(0, raw.get("0", {}))) if raw else {}
-        n = sum(p.numel() for p in self._params)
-        for k in _TENSOR_STATES:
-            if st.get(k) is not None and st[k].numel() != n:
-                raise OptimizerError(f"LBFGS: state '{k}' has {st[k].numel()} elements, the parameters have {n}")
-        for k in _LIST_STATES:
-            for v in st.get(k) or ():
-                if v.numel() != n:
-                    raise OptimizerError(f"LBFGS: state '{k}' has a tensor of {v.numel()} elements, expected {n}")
-        new_group = dict(groups[0])
-        new_group["params"] = self._params
-        self._validate_group(new_group)
-        self.param_groups[0] = new_group
-        self._lbfgs_state = {
-            k: v.clone() if isinstance(v, Tensor) else ([_copy(x) for x in v] if isinstance(v, list) else v)
-            for k, v in st.items()
-        }
-        for k in ("ro", "al", "H_diag", "t", "prev_loss"):
-            v = self._lbfgs_state.get(k)
-            if isinstance(v, list):
-                self._lbfgs_state[k] = [None if x is None else _float(x) for x in v]
-            elif isinstance(v, Tensor):
-                self._lbfgs_state[k] = _float(v)
+        if not isinstance(raw, Mapping):
+            raise OptimizerTypeError(f"LBFGS: loaded state dict's 'state' must be a dict, got {type(raw).__name__}")
+        indices = list(state_dict["param_groups"][0]["params"])
+        st: dict = {}
+        for key, value in raw.items():
+            if key not in indices:
+                raise OptimizerError(
+                    f"LBFGS: loaded state dict has state for parameter {key!r}, which the parameter group does not "
+                    f"list (indices {indices})"
+                )
+            if key != indices[0]:
+                raise OptimizerError(
+                    f"LBFGS: loaded state dict has state for parameter {key!r}; LBFGS keeps its state under the "
+                    f"first parameter ({indices[0]!r})"
+                )
+            if not isinstance(value, Mapping):
+                raise OptimizerTypeError(
+                    f"LBFGS: loaded state of parameter {key} must be a dict, got {type(value).__name__}"
+                )
+            st = _checked_state(dict(value), sum(p.numel() for p in self._params), key)
+        self.param_groups[0] = groups[0]
+        self._checked[0] = ()  # the new group's options are checked again before the next step
+        self._lbfgs_state = st
+
+
+def _checked_state(st: dict, n: int, index) -> dict:
+    """A copy of a loaded LBFGS state, with tensors cloned and scalars as Python numbers, or an error."""
+    out: dict = {}
+    for k, v in st.items():
+        if k not in _STATES:
+            raise OptimizerError(
+                f"LBFGS: loaded state of parameter {index} has '{k}', which LBFGS does not keep "
+                f"(expected {', '.join(sorted(_STATES))})"
+            )
+        if k in _TENSOR_STATES:
+            out[k] = None if v is None else _flat_state(k, v, n)
+        elif k in _LIST_STATES:
+            if not isinstance(v, (list, tuple)):
+                raise OptimizerTypeError(f"LBFGS: loaded state '{k}' must be a list of Tensors, got {type(v).__name__}")
+            out[k] = [_flat_state(f"{k}[{i}]", x, n) for i, x in enumerate(v)]
+        elif k in _COUNT_STATES:
+            c = _real(k, v)
+            if not (c >= 0 and c == int(c)):
+                raise OptimizerError(f"LBFGS: loaded state '{k}' is {_show(v)}; expected a whole number >= 0")
+            out[k] = int(c)
+        elif k in _REAL_STATES:
+            out[k] = _real(k, v)
+        else:
+            if not isinstance(v, (list, tuple)):
+                raise OptimizerTypeError(f"LBFGS: loaded state '{k}' must be a list of numbers, got {type(v).__name__}")
+            out[k] = [None if x is None else _real(f"{k}[{i}]", x) for i, x in enumerate(v)]
+    return out
+
+
+def _flat_state(name: str, v, n: int) -> Tensor:
+    from flow._creation import from_numpy
+
+    if isinstance(v, np.ndarray):
+        v = from_numpy(np.array(v, copy=True))
+    if not isinstance(v, Tensor):
+        raise OptimizerTypeError(f"LBFGS: loaded state '{name}' must be a Tensor or an array, got {type(v).__name__}")
+    if v.numel() != n:
+        raise OptimizerError(f"LBFGS: loaded state '{name}' has {v.numel()} elements, the parameters have {n}")
+    return v.detach().clone().reshape(-1)
+
+
+def _real(name: str, v) -> float:
+    if isinstance(v, Tensor) and v.numel() == 1:
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.integer, np.floating)):
+        raise OptimizerTypeError(f"LBFGS: loaded state '{name}' must be a real number, got {type(v).__name__}")
+    x = float(v)
+    if x != x:
+        raise OptimizerError(f"LBFGS: loaded state '{name}' is nan")
+    return x
 
 
 def _copy(x):
