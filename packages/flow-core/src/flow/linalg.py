@@ -32,6 +32,7 @@ from flow.ops.linalg_api import (
     svdvals,
     vector_norm,
 )
+from flow.ops.linalg_triangular import solve_triangular
 
 __all__ = [
     "cholesky",
@@ -51,6 +52,7 @@ __all__ = [
     "qr",
     "slogdet",
     "solve",
+    "solve_triangular",
     "svd",
     "svdvals",
     "vector_norm",

@@ -2,8 +2,8 @@
 PyTorch has them (none for ``zeta``).
 
 Kernels are NumPy-only (flow-core does not depend on SciPy); their accuracy is documented in
-:mod:`flow.ops._special_np`. Not provided: ``bessel_j0``/``bessel_j1`` and the other Bessel,
-Airy, spherical and orthogonal-polynomial functions of ``torch.special``.
+:mod:`flow.ops._special_np` and :mod:`flow.ops._bessel_np`. Not provided: the orthogonal-polynomial
+functions of ``torch.special``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,20 @@ from flow.ops.special import (
     xlog1py,
     zeta,
 )
+from flow.ops.special_bessel import (
+    airy_ai,
+    bessel_j0,
+    bessel_j1,
+    bessel_y0,
+    bessel_y1,
+    modified_bessel_i0,
+    modified_bessel_i1,
+    modified_bessel_k0,
+    modified_bessel_k1,
+    scaled_modified_bessel_k0,
+    scaled_modified_bessel_k1,
+    spherical_bessel_j0,
+)
 from flow.ops.unary import erf, expm1, log1p, round
 from flow.ops.unary import sigmoid as expit
 
@@ -45,6 +59,11 @@ def log_softmax(input, dim: int, *, dtype=None):
 
 
 __all__ = [
+    "airy_ai",
+    "bessel_j0",
+    "bessel_j1",
+    "bessel_y0",
+    "bessel_y1",
     "digamma",
     "entr",
     "erf",
@@ -63,14 +82,21 @@ __all__ = [
     "log_softmax",
     "logit",
     "logsumexp",
+    "modified_bessel_i0",
+    "modified_bessel_i1",
+    "modified_bessel_k0",
+    "modified_bessel_k1",
     "multigammaln",
     "ndtr",
     "ndtri",
     "polygamma",
     "psi",
     "round",
+    "scaled_modified_bessel_k0",
+    "scaled_modified_bessel_k1",
     "sinc",
     "softmax",
+    "spherical_bessel_j0",
     "xlog1py",
     "xlogy",
     "zeta",

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from flow.distributions._linalg import solve_triangular
 from flow.distributions.continuous import Normal, Uniform
 from flow.distributions.discrete import Bernoulli, Categorical
 from flow.distributions.distribution import Distribution, sum_rightmost
 from flow.distributions.independent import Independent
 from flow.distributions.multivariate_normal import MultivariateNormal, _batch_mahalanobis
+from flow.linalg import solve_triangular
 
 __all__ = ["kl_divergence", "register_kl"]
 

@@ -1,7 +1,8 @@
 """The multivariate normal distribution, parameterised by a covariance, precision or Cholesky factor.
 
 Everything is computed from the lower-triangular factor ``scale_tril`` (``covariance = L L^T``),
-as PyTorch does; the factorisation is :func:`flow.distributions._linalg.cholesky`.
+as PyTorch does, with :func:`flow.linalg.cholesky` and :func:`flow.linalg.solve_triangular` (ops, so it
+runs on any device and under graph mode).
 
 >>> d = MultivariateNormal(flow.zeros(2), covariance_matrix=flow.eye(2))
 >>> d.log_prob(flow.zeros(2))
@@ -13,8 +14,8 @@ from __future__ import annotations
 import math
 
 from flow.distributions import constraints
-from flow.distributions._linalg import cholesky, solve_triangular
 from flow.distributions.distribution import Distribution, lazy_property
+from flow.linalg import cholesky, solve_triangular
 
 __all__ = ["MultivariateNormal"]
 
