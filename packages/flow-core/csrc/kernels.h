@@ -10,5 +10,6 @@ void register_elementwise(pybind11::module_& m);
 void register_layer_norm(pybind11::module_& m);
 void register_optim(pybind11::module_& m);
 void register_lowp(pybind11::module_& m);
+void register_batch_norm(pybind11::module_& m);
 
 }  // namespace flow_native

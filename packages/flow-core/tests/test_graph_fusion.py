@@ -229,7 +229,7 @@ class _CNN(nn.Module):
 @needs_cc
 @pytest.mark.parametrize("model", ["cnn", "mlp"])
 def test_training_with_fused_forward_and_backward_matches_unfused(model):
-    """Fusion runs on forward + backward together: BatchNorm's broadcasting chains, ReLU masks."""
+    """Fusion runs on forward + backward together: ReLU masks, bias adds (batch norm is one native op)."""
 
     def setup():
         flow.manual_seed(0)
@@ -272,7 +272,7 @@ def test_training_with_fused_forward_and_backward_matches_unfused(model):
     for p, q in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-6)
     counts = g1.ir.op_counts()
-    assert counts.get("fused_elementwise", 0) >= (4 if model == "cnn" else 1), counts
+    assert counts.get("fused_elementwise", 0) >= (3 if model == "cnn" else 1), counts
     assert len(g1.ir.nodes) < len(g2.ir.nodes)
     if model == "cnn":
         assert any(n.tags.get("phase") == "backward" for n in g1.ir.nodes if n.name == "fused_elementwise")

@@ -44,6 +44,8 @@ __all__ = [
     "NATIVE_ERROR",
     "adam_update",
     "adam_update_multi",
+    "batch_norm_backward",
+    "batch_norm_forward",
     "bf16_to_f32",
     "f16_to_f32",
     "f32_to_bf16",
@@ -238,6 +240,67 @@ def layer_norm_backward(
             _optional_input(fn, "weight", weight),
             bool(need_weight_grad),
             bool(need_bias_grad),
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# batch norm (dim 1 of an (N, C, S) array)
+
+
+def batch_norm_forward(
+    x: np.ndarray,
+    weight: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    mean: np.ndarray | None = None,
+    invstd: np.ndarray | None = None,
+    eps: float = 1e-5,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BatchNorm of ``x`` of shape ``(N, C, S)`` over dims 0 and 2.
+
+    Returns ``(y, mean, invstd)`` (``invstd = 1 / sqrt(var + eps)``, biased variance, shape ``(C,)``).
+    Given ``mean`` and ``invstd`` (evaluation: from the running statistics) they are used instead of
+    the batch statistics. Every vector has shape ``(C,)`` and the dtype of ``x``.
+    """
+    fn = "batch_norm_forward"
+    return tuple(
+        _native(fn).batch_norm_forward(
+            _input(fn, "x", x),
+            _optional_input(fn, "weight", weight),
+            _optional_input(fn, "bias", bias),
+            _optional_input(fn, "mean", mean),
+            _optional_input(fn, "invstd", invstd),
+            float(eps),
+        )
+    )
+
+
+def batch_norm_backward(
+    grad_out: np.ndarray,
+    x: np.ndarray,
+    weight: np.ndarray | None,
+    mean: np.ndarray,
+    invstd: np.ndarray,
+    grad_mean: np.ndarray | None = None,
+    grad_invstd: np.ndarray | None = None,
+    training: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Backward of :func:`batch_norm_forward`: returns ``(dx, dweight, dbias)``.
+
+    ``grad_mean`` / ``grad_invstd`` are cotangents of the forward's ``mean`` / ``invstd`` outputs
+    (added to ``dx`` in training). Without ``training`` the statistics are constants (``dx = g * w * invstd``).
+    """
+    fn = "batch_norm_backward"
+    return tuple(
+        _native(fn).batch_norm_backward(
+            _input(fn, "grad_out", grad_out),
+            _input(fn, "x", x),
+            _optional_input(fn, "weight", weight),
+            _input(fn, "mean", mean),
+            _input(fn, "invstd", invstd),
+            _optional_input(fn, "grad_mean", grad_mean),
+            _optional_input(fn, "grad_invstd", grad_invstd),
+            bool(training),
         )
     )
 

@@ -1,8 +1,9 @@
 """Normalization functions, as ``torch.nn.functional``.
 
 ``layer_norm`` is a fused op (:mod:`flow.ops.nn_norm`); ``group_norm`` and
-``instance_norm`` reuse it on reshaped inputs; ``batch_norm``, ``rms_norm``,
-``local_response_norm`` and ``normalize`` are composites of flow ops.
+``instance_norm`` reuse it on reshaped inputs; ``batch_norm`` is the fused op of
+:mod:`flow.ops.nn_batch_norm` for float32 / float64 and a composite for mixed precision;
+``rms_norm``, ``local_response_norm`` and ``normalize`` are composites of flow ops.
 Running statistics are updated in place (without autograd) in training.
 
 Mixed precision, as PyTorch's mixed-type normalisation: a bfloat16 / float16 input may come with
@@ -18,15 +19,18 @@ running statistics keep their dtype and are updated in it.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
+from flow import _dtype as D
 from flow._creation import constant_for
 from flow.autograd import no_grad
 from flow.errors import OpError, OpTypeError
 from flow.ops import meta as M
 from flow.ops.clamp_where import clamp, where
 from flow.ops.conversion import cast_like
+from flow.ops.nn_batch_norm import batch_norm_op
 from flow.ops.nn_norm import check_param_dtype, layer_norm
 from flow.ops.unary import rsqrt, sqrt
 
@@ -106,6 +110,8 @@ def batch_norm(
     for name, v in (("momentum", momentum), ("eps", eps)):  # checked before the running statistics change
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise OpTypeError(op, f"'{name}' must be a float, got {type(v).__name__} {v!r}")
+    if _fused(input, running_mean, running_var, weight, bias):
+        return _batch_norm_fused(input, running_mean, running_var, weight, bias, training, momentum, eps)
     cs = _channel_shape(input)
     dims = (0,) + tuple(range(2, input.ndim))
     if training or running_mean is None or running_var is None:
@@ -131,6 +137,38 @@ def batch_norm(
         rstd = cast_like(rsqrt(running_var.reshape(cs) + eps), input)
         y = (input - mean) * rstd
     return _affine(y, weight, bias, cs)
+
+
+def _fused(input, *vecs) -> bool:
+    """The fused ``batch_norm`` op takes float32 / float64 with every vector in the input's dtype; mixed
+    precision (a low-precision input, float32 parameters) keeps the composite above, as does
+    ``FLOW_BATCH_NORM_COMPOSITE=1`` (kept to measure one against the other)."""
+    if input.dtype not in (D.float32, D.float64) or os.environ.get("FLOW_BATCH_NORM_COMPOSITE") == "1":
+        return False
+    return all(t is None or t.dtype is input.dtype for t in vecs)
+
+
+def _batch_norm_fused(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    op = "batch_norm"
+    use_batch = bool(training) or running_mean is None or running_var is None
+    if use_batch and momentum is None:
+        raise OpTypeError(op, "'momentum' must be a float (modules pass their cumulative-average factor)")
+    # the op takes (C,) vectors in the input's dtype (torch accepts any shape with C elements). cast_like
+    # is a no-op here, but when the AMP pass lowers the activation of a float32 trace it casts the float32
+    # parameters with it, so the op still sees one dtype
+    vec = [None if t is None else cast_like(t.reshape(-1), input) for t in (weight, bias, running_mean, running_var)]
+    stats = (None, None) if use_batch else (vec[2], vec[3])
+    y, mean, invstd = batch_norm_op(input, vec[0], vec[1], *stats, use_batch, float(eps))
+    if training and (running_mean is not None or running_var is not None):
+        n = input.numel() // max(input.shape[1], 1)
+        with no_grad():
+            if running_mean is not None:
+                _update(running_mean, mean, float(momentum))
+            if running_var is not None:
+                # the biased batch variance back from invstd (in float64), made unbiased as PyTorch's
+                inv = invstd.detach().to(D.float64)
+                _update(running_var, (1.0 / (inv * inv) - float(eps)) * (n / (n - 1)), float(momentum))
+    return y
 
 
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
