@@ -178,6 +178,47 @@ def _run(fn, values, upstream, inplace):
     return y.detach().numpy().copy(), leaf.grad.numpy().copy()
 
 
+def _method_case(name, *args, constant=False, **kw):
+    """``x.<name>(*args)`` against ``x.<name>_(*args)``; a callable arg is made from x's shape. A
+    ``constant`` op (a comparison, a floor division) overwrites x with values of no gradient: its
+    reference is those values in x's dtype, passing x a zero gradient."""
+
+    def call(x, suffix):
+        real = [a(x.shape) if callable(a) else a for a in args]
+        return getattr(x, name + suffix)(*real)
+
+    ref = (lambda x: x * 0 + call(x, "").to(x.dtype)) if constant else (lambda x: call(x, ""))
+    return (kw, ref, lambda x: call(x, "_"))
+
+
+UNIT = dict(low=-0.9, high=0.9)
+C = dict(constant=True)
+PROB = dict(low=0.1, high=0.9)
+# the in-place twins and aliases (arccos_, multiply_, eq_ ...): each against its out-of-place form
+METHODS.update(
+    {
+        f"{n}_": _method_case(n, *args, **kw)
+        for n, args, kw in [
+            *((n, (), {}) for n in ("absolute", "atan", "arctan", "ceil", "cos", "cosh", "erf", "expm1", "fix")),
+            *((n, (), {}) for n in ("i0", "nan_to_num", "negative", "sgn", "sign", "sin", "sinc", "sinh", "square")),
+            *((n, (), {}) for n in ("tan", "trunc")),
+            *((n, (), UNIT) for n in ("acos", "arccos", "asin", "arcsin")),
+            *((n, (), POS) for n in ("log10", "log1p", "log2", "rsqrt")),
+            ("logit", (), PROB),
+            ("mvlgamma", (1,), dict(low=1.0, high=3.0)),
+            ("clamp_max", (0.5,), {}),
+            ("cumsum", (1,), {}),
+            ("cumprod", (1,), {}),
+            *((n, (_other,), {}) for n in ("atan2", "arctan2", "divide", "true_divide", "multiply", "subtract")),
+            *((n, (_other,), {}) for n in ("fmod", "remainder")),
+            *((n, (_other,), C) for n in ("floor_divide", "heaviside", "eq", "ne", "not_equal", "ge")),
+            *((n, (_other,), C) for n in ("greater_equal", "gt", "greater", "le", "less_equal", "lt", "less")),
+            *((n, (_other,), C) for n in ("logical_and", "logical_or", "logical_xor")),
+            ("logical_not", (), C),
+        ]
+    }
+)
+
 CASES = {
     **{f"F.{k}": v for k, v in FUNCTIONAL.items() if v[1] is not None},
     **{f"Tensor.{k}": v for k, v in METHODS.items()},
@@ -294,7 +335,7 @@ def test_every_inplace_op_has_a_case():
         "apply_",
         "map_",
     }
-    integer_only = {"bitwise_and_", "bitwise_or_", "bitwise_xor_"}
+    integer_only = {"bitwise_and_", "bitwise_or_", "bitwise_xor_", "bitwise_not_"}
     missing_m = sorted(methods - set(METHODS) - not_values - integer_only - {k for k in methods if k.endswith("__")})
     missing_f = sorted(functional - set(FUNCTIONAL))
     assert not missing_m, f"in-place methods without a gradient case here: {missing_m}"

@@ -90,6 +90,10 @@ _FP32 = (
     "linalg_qr",
     "linalg_eigh",
     "linalg_svd",
+    # FFTs (torch's fft_*): pocketfft computes in float32 / float64 only
+    "fft_c2c",
+    "fft_r2c",
+    "fft_c2r",
     # master weights: optimizer updates read float32 parameters, gradients and states
     "optimizer_update",
     "sgd_update",

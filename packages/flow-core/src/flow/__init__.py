@@ -95,6 +95,7 @@ _PUBLIC_OP_MODULES = (
 _PUBLIC_OP_MODULES += ("views", "subscript", "padding")
 _PUBLIC_OP_MODULES += ("extra_math", "scatter_ops", "tensor_extra", "distance", "nn_toplevel")
 _PUBLIC_OP_MODULES += ("linalg_legacy", "special")
+_PUBLIC_OP_MODULES += ("aliases", "combinatorics", "nn_aliases")
 
 
 def _export_ops() -> None:
@@ -119,6 +120,23 @@ from flow import (  # noqa: E402
     special,
     testing,
     utils,
+)
+
+# complex tensors: flow.tensor also takes complex data; conj / angle / real / imag know complex tensors
+from flow._complex import (  # noqa: E402
+    angle,
+    cdouble,
+    cfloat,
+    complex,  # noqa: A004 - torch.complex
+    complex64,
+    complex128,
+    conj,
+    imag,
+    polar,
+    real,
+    tensor,  # noqa: F811 - the creation function that also takes complex data
+    view_as_complex,
+    view_as_real,
 )
 from flow.graph import compile  # noqa: E402  (graph mode; flow.nn.Graph is the class form)
 from flow.serialization import load, save  # noqa: E402
@@ -146,6 +164,7 @@ from flow._legacy_types import (  # noqa: E402
     ShortTensor,
 )
 from flow._memory_format import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format  # noqa: E402
+from flow._methods.aliases import install as _install_alias_methods  # noqa: E402
 from flow._threads import get_num_interop_threads, get_num_threads, set_num_interop_threads, set_num_threads  # noqa: E402
 from flow._typeinfo import finfo, get_device, iinfo, is_complex, is_floating_point, is_nonzero  # noqa: E402
 from flow.backends import cuda as _backends_cuda  # noqa: E402,F401  (imported so that flow.backends.* exist)
@@ -153,6 +172,8 @@ from flow.backends import cudnn as _backends_cudnn  # noqa: E402,F401
 from flow.backends import mkldnn as _backends_mkldnn  # noqa: E402,F401
 from flow.backends import mps as _backends_mps  # noqa: E402,F401
 from flow.backends import openmp as _backends_openmp  # noqa: E402,F401
+
+_install_alias_methods(Tensor)  # last, so that every dedicated method wins over its alias
 
 __version__ = "0.1.0"
 

@@ -28,6 +28,7 @@ Node = None  # type: ignore[assignment]
 _NP_TO_DTYPE = D.NP_TO_DTYPE
 _dtype_of = _NP_TO_DTYPE.get
 _ndarray = np.ndarray
+_COMPLEX_SCALARS = frozenset((complex, np.complex64, np.complex128))  # promote a real operand to complex
 _asarray = np.asarray
 
 
@@ -518,6 +519,12 @@ def binary(handle, a, b, promote_to_float: bool = False):
     return execute(op, inputs, {})
 
 
+def _complex_pair(a, b) -> tuple:
+    from flow._complex._ops import promote_pair  # complex tensors are an array kind of their own
+
+    return promote_pair(a, b)
+
+
 def _promote_pair(op, a, b, promote_to_float):
     if isinstance(a, Tensor):
         if isinstance(b, Tensor):
@@ -527,6 +534,8 @@ def _promote_pair(op, a, b, promote_to_float):
                     dt = D._default_dtype
                     return _cast(a, dt), _cast(b, dt)
                 return a, b
+            if ad.is_complex or bd.is_complex:
+                return _complex_pair(a, b)
             # zero-dim tensors take part like scalars unless of a higher category
             a0d, b0d = not a._data.shape, not b._data.shape  # 0-d (array kinds need not have ndim)
             if a0d and not b0d and ad.category <= bd.category:
@@ -538,6 +547,8 @@ def _promote_pair(op, a, b, promote_to_float):
             if promote_to_float and dt.category != 2:
                 dt = D._default_dtype
             return (a if ad is dt else _cast(a, dt)), (b if bd is dt else _cast(b, dt))
+        if a._data.__class__ is not _ndarray and a.dtype.is_complex or b.__class__ in _COMPLEX_SCALARS:
+            return _complex_pair(a, b)
         if b.__class__ in _SCALARS or isinstance(b, (int, float, np.generic)):
             dt = _scalar_result_dtype(a.dtype, type(b))
             if promote_to_float and dt.category != 2:
@@ -545,6 +556,8 @@ def _promote_pair(op, a, b, promote_to_float):
             return (a if a.dtype is dt else _cast(a, dt)), _scalar(b, dt)
         raise OpTypeError(op.name, f"expected a Tensor or a number as 'other', got {type(b).__name__}")
     if isinstance(b, Tensor):
+        if b._data.__class__ is not _ndarray and b.dtype.is_complex or a.__class__ in _COMPLEX_SCALARS:
+            return _complex_pair(a, b)
         if a.__class__ in _SCALARS or isinstance(a, (int, float, np.generic)):
             dt = _scalar_result_dtype(b.dtype, type(a))
             if promote_to_float and dt.category != 2:

@@ -101,7 +101,7 @@ def _tensor_arg(where: str, input: object):
 
 
 def is_complex(input) -> builtins.bool:
-    """Whether ``input``'s dtype is complex (flow has no complex dtypes yet, so False)."""
+    """Whether ``input``'s dtype is complex (``flow.complex64`` / ``complex128``, see :mod:`flow._complex`)."""
     return _tensor_arg("is_complex", input).dtype.is_complex
 
 

@@ -113,14 +113,19 @@ class LocalCall:
         """The slices of the logical tensor in ``slot`` that this rank's piece holds."""
         return local_slice(self._shapes[slot], self.placement, self._nd[slot], self.coord)
 
-    def all_sum(self, value, slot: int):
-        """``value`` (a 0-d local tensor) summed over the ranks holding different pieces of
-        ``slot``'s tensor (ranks holding copies along a broadcast axis count once): a boxing of
-        the value as a partial sum along the split axes."""
-        nd = tuple(partial_sum if s.__class__ is Split else broadcast for s in self._nd[slot])
+    def all_sum(self, value, slot: int, dims: tuple | None = None):
+        """``value`` (a local tensor, of one shape on the ranks summed over) summed over the ranks
+        holding different pieces of ``slot``'s tensor (ranks holding copies along a broadcast axis
+        count once): a boxing of the value as a partial sum along the split axes. ``dims``: only
+        the axes that split one of these dims of the tensor (a per-channel sum over the batch
+        split of a placement axis, not over the channel split of another)."""
+        nd = tuple(
+            partial_sum if s.__class__ is Split and (dims is None or s.dim in dims) else broadcast
+            for s in self._nd[slot]
+        )
         if all(s is broadcast for s in nd):
             return value
-        g = GlobalArray(value._data, self.placement, nd, (), self.coord)
+        g = GlobalArray(value._data, self.placement, nd, tuple(value.shape), self.coord)
         whole = boxing.box(g, (broadcast,) * len(nd))
         return array_kinds.wrap(whole.local, value.device, dtype=value.dtype)
 

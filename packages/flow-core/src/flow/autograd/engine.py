@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Sequence
 
+from flow._fpstate import FP_ERRORS as _FP_ERRORS
 from flow._kinds import KINDS as _KINDS
 from flow.autograd.grad_mode import STATE
 from flow.autograd.node import Node, _refresh_view
@@ -95,6 +96,11 @@ def _sum(a, b, owned: dict, create_graph: bool):
                 return a
             except (TypeError, ValueError):
                 pass
+            except _FP_ERRORS:
+                # the user's NumPy settings (or a warnings filter) turned inf/nan into an error: NumPy
+                # reports it after the ufunc has written its output, so the sum is in place, as kernels
+                # give it (flow._dispatch runs kernels quietly too)
+                return a
         r = a + b
         owned[id(r)] = r
         return r

@@ -52,6 +52,7 @@ _B2K = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6)
 
 def _np_digamma(x):
     x = x.astype(np.float64)
+    x0 = x
     out = np.zeros_like(x)
     # reflection keeps the recurrence short for negative x: psi(x) = psi(1 - x) - pi / tan(pi x)
     neg = x < 0.5
@@ -68,17 +69,16 @@ def _np_digamma(x):
     out += np.log(x) - 0.5 / x - series
     out = np.where(neg, out - refl, out)
     with np.errstate(invalid="ignore"):
-        return np.where((x == np.floor(x)) & neg, np.nan, out)
+        out = np.where((x0 == np.floor(x0)) & neg, np.nan, out)  # the poles at -1, -2, ...; -inf
+        return np.where(x0 == 0.0, -np.copysign(np.inf, x0), out)  # as PyTorch: -inf at +0, inf at -0
 
 
-def _np_polygamma(n: int, x):
-    x = x.astype(np.float64)
-    sign = (-1.0) ** (n + 1)
-    fact = math.factorial(n)
+def _np_polygamma_pos(n: int, x, sign: float, fact: int):
+    """psi_n(x) for x >= 0.5 (or inf / nan): at most 10 recurrence steps, then the asymptotic series."""
     out = np.zeros_like(x)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         while True:  # psi_n(x) = psi_n(x + 1) + (-1)^(n+1) n! / x^(n+1)
-            small = x < 10.0
+            small = x < 10.0  # false for inf and nan: the loop ends
             if not small.any():
                 break
             out += np.where(small, sign * fact / x ** (n + 1), 0.0)
@@ -88,6 +88,35 @@ def _np_polygamma(n: int, x):
         for k, b in enumerate(_B2K, start=1):
             s = s + b * math.factorial(2 * k + n - 1) / math.factorial(2 * k) / x ** (2 * k + n)
     return out + sign * s
+
+
+def _cot_derivative(n: int, x):
+    """d^n/dx^n cot(pi x), as a polynomial in c = cot(pi x): d/dx P(c) = -pi (1 + c^2) P'(c)."""
+    P = np.polynomial.polynomial
+    p = np.array([0.0, 1.0])
+    for _ in range(n):
+        p = -math.pi * P.polymul(P.polyder(p), [1.0, 0.0, 1.0])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # cot(pi x) has period 1: reduce first (exact in floating point) so a large |x| keeps its digits
+        return P.polyval(1.0 / np.tan(math.pi * (x - np.round(x))), p)
+
+
+def _np_polygamma(n: int, x):
+    x = x.astype(np.float64)
+    sign = (-1.0) ** (n + 1)
+    fact = math.factorial(n)
+    neg = x < 0.5
+    out = _np_polygamma_pos(n, np.where(neg, 1.0 - x, x), sign, fact)
+    if neg.any():
+        # reflection: psi_n(1 - x) + (-1)^(n+1) psi_n(x) = (-1)^n pi d^n/dx^n cot(pi x), so a negative x
+        # costs no more steps than a positive one (the recurrence from x would take |x| of them)
+        with np.errstate(invalid="ignore", over="ignore"):
+            refl = sign * ((-1.0) ** n * math.pi * _cot_derivative(n, np.where(neg, x, 0.25)) - out)
+        out = np.where(neg, refl, out)
+        pole = neg & (x == np.floor(x))  # the poles at 0, -1, -2, ...: +-inf as PyTorch gives
+        out = np.where(pole, sign * np.inf, out)
+        out = np.where(x == -np.inf, np.nan, out)  # no limit there
+    return out
 
 
 def _np_erfinv(y):
@@ -106,13 +135,32 @@ def _np_erfinv(y):
          0.00943887047, 1.00167406, 2.83297682],
         wl,
     )  # fmt: skip
-    x = np.where(w < 5.0, small, large) * y
+    a = np.abs(y)
+    x = np.where(w < 5.0, small, large) * a
     verf = np.vectorize(math.erf, otypes=[np.float64])
-    for _ in range(2):
-        with np.errstate(over="ignore", invalid="ignore"):
-            x = x - (verf(x) - y) / (2.0 / math.sqrt(math.pi) * np.exp(-x * x))
-    x = np.where(y == 1.0, np.inf, np.where(y == -1.0, -np.inf, x))
-    return np.where(np.abs(y) > 1.0, np.nan, x)
+    verfc = np.vectorize(math.erfc, otypes=[np.float64])
+    tail = a > 0.5
+    t = 1.0 - a  # exact for a >= 0.5 (Sterbenz): the tails solve erfc(x) = 1 - |y| to full relative precision
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        logt = np.log(np.where(tail, t, 1.0))
+        for _ in range(4):
+            slope = 2.0 / math.sqrt(math.pi) * np.exp(-x * x)
+            # tails: Newton on log(erfc(x)) = log(1 - |y|), nearly quadratic in x where erfc is tiny
+            c = verfc(x)
+            step = np.where(tail, (np.log(c) - logt) * c / -slope, (verf(x) - a) / slope)
+            x = x - np.where(np.isfinite(step), step, 0.0)
+    x = np.where(a == 1.0, np.inf, x)
+    return np.where(a > 1.0, np.nan, np.copysign(x, y))
+
+
+def _lgamma1(v: float) -> float:
+    try:
+        return math.lgamma(v)
+    except (ValueError, OverflowError):  # the poles 0, -1, -2, ...: +inf, as PyTorch
+        return math.inf
+
+
+_np_lgamma = np.vectorize(_lgamma1, otypes=[np.float64])
 
 
 # -- the special-function ops -----------------------------------------------------------------------
@@ -155,7 +203,7 @@ def _special_kernel(scipy_name: str, fallback):
     return factory
 
 
-kernel(LGAMMA)(_special_kernel("gammaln", np.vectorize(math.lgamma, otypes=[np.float64])))
+kernel(LGAMMA)(_special_kernel("gammaln", _np_lgamma))
 kernel(DIGAMMA)(_special_kernel("psi", _np_digamma))
 kernel(ERFC)(_special_kernel("erfc", np.vectorize(math.erfc, otypes=[np.float64])))
 kernel(ERFINV)(_special_kernel("erfinv", _np_erfinv))

@@ -33,7 +33,7 @@ a one-time warning naming the op.
 
 from __future__ import annotations
 
-from flow_dist.rules import elementwise, gather, linalg, nn, reduction, shape, update
+from flow_dist.rules import batch_norm, elementwise, gather, linalg, nn, reduction, shape, update
 from flow_dist.rules.base import TABLE, B, P, RuleContext, S, Sig, as_sig, same_layout
 
 __all__ = ["TABLE", "Sig", "RuleContext", "S", "B", "P", "as_sig", "same_layout", "rule_for", "core_rules"]
@@ -51,6 +51,6 @@ def core_rules(registry) -> dict:
     """``{op name: rule}`` for flow-core's ops (what flow-dist's plugin registers); every op
     declared elementwise gets the broadcasting rule."""
     out: dict = elementwise.rules(registry)
-    for mod in (reduction, linalg, nn, shape, update, gather):
+    for mod in (reduction, linalg, nn, shape, update, gather, batch_norm):
         out.update(mod.RULES)
     return out
