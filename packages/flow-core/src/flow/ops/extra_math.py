@@ -98,7 +98,8 @@ def _cot_derivative(n: int, x):
         p = -math.pi * P.polymul(P.polyder(p), [1.0, 0.0, 1.0])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # cot(pi x) has period 1: reduce first (exact in floating point) so a large |x| keeps its digits
-        return P.polyval(1.0 / np.tan(math.pi * (x - np.round(x))), p)
+        r = x - np.round(x)
+        return P.polyval(np.where(np.abs(r) == 0.5, 0.0, 1.0 / np.tan(math.pi * r)), p)  # cot is 0 at halves
 
 
 def _np_polygamma(n: int, x):
