@@ -11,5 +11,6 @@ void register_layer_norm(pybind11::module_& m);
 void register_optim(pybind11::module_& m);
 void register_lowp(pybind11::module_& m);
 void register_batch_norm(pybind11::module_& m);
+void register_conv(pybind11::module_& m);
 
 }  // namespace flow_native

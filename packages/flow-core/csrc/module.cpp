@@ -33,4 +33,5 @@ PYBIND11_MODULE(_C, m) {
   flow_native::register_optim(m);
   flow_native::register_lowp(m);
   flow_native::register_batch_norm(m);
+  flow_native::register_conv(m);
 }

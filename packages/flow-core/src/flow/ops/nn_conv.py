@@ -9,7 +9,8 @@ Ops (NCHW layout; ``padding`` is explicit ``(top, bottom, left, right)``, a nega
 * ``conv2d_backward_weight(grad_output, input; weight_size)`` - im2col + batched matmul.
 
 The three ops are bilinear and each one's gradient is written with the others, so gradients of any
-order work.
+order work. The NumPy kernels here are the reference; on the CPU, float32/float64 ungrouped convolutions
+run :mod:`flow.backends.cpu.conv` (native im2col / col2im around the same GEMM).
 """
 
 from __future__ import annotations
@@ -395,6 +396,29 @@ def _bww_kernel(xp):
         )
 
     return run
+
+
+# The CPU kernels: native im2col / col2im around the GEMM (flow.backends.cpu.conv), which falls back to the
+# NumPy kernels above for what it does not cover (groups > 1, non-float dtypes, FLOW_CONV_REFERENCE=1).
+@kernel(CONV2D, "cpu", name="default")
+def _conv2d_cpu(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    from flow.backends.cpu import conv
+
+    return conv.conv2d_forward(x, w, b, tuple(stride), tuple(padding), tuple(dilation), groups)
+
+
+@kernel(CONV2D_BACKWARD_INPUT, "cpu", name="default")
+def _bwi_cpu(g, w, input_size=(), stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    from flow.backends.cpu import conv
+
+    return conv.conv2d_backward_input(g, w, tuple(input_size), tuple(stride), tuple(padding), tuple(dilation), groups)
+
+
+@kernel(CONV2D_BACKWARD_WEIGHT, "cpu", name="default")
+def _bww_cpu(g, x, weight_size=(), stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    from flow.backends.cpu import conv
+
+    return conv.conv2d_backward_weight(g, x, tuple(weight_size), tuple(stride), tuple(padding), tuple(dilation), groups)
 
 
 # -- opcheck samples (small, so finite differences are quick) ---------------------------------------

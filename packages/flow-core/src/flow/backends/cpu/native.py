@@ -47,12 +47,14 @@ __all__ = [
     "batch_norm_backward",
     "batch_norm_forward",
     "bf16_to_f32",
+    "col2im",
     "f16_to_f32",
     "f32_to_bf16",
     "f32_to_f16",
     "gelu_backward",
     "gelu_forward",
     "get_num_threads",
+    "im2col",
     "layer_norm_backward",
     "layer_norm_forward",
     "log_softmax_backward",
@@ -303,6 +305,64 @@ def batch_norm_backward(
             bool(training),
         )
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution columns (NCHW, 2-d): im2col and its adjoint col2im
+
+
+def _conv_geometry(fn: str, img: np.ndarray, kernel_size, stride, padding, dilation) -> tuple:
+    """``(kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo)`` of an (N, C, H, W) array; padding is (top, bottom, left, right)."""
+    if img.ndim != 4:
+        raise ValueError(f"{fn}: expected a 4-d (N, C, H, W) array, got shape {img.shape}")
+    (kh, kw), (sh, sw), (dh, dw) = (tuple(operator.index(v) for v in a) for a in (kernel_size, stride, dilation))
+    pt, pb, pl, pr = (operator.index(v) for v in padding)
+    if min(kh, kw, sh, sw, dh, dw) < 1:
+        raise ValueError(
+            f"{fn}: kernel size, stride and dilation must be >= 1, got {kernel_size}, {stride}, {dilation}"
+        )
+    H, W = img.shape[2:]
+    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    if H + pt + pb < eh or W + pl + pr < ew:
+        raise ValueError(f"{fn}: kernel extent ({eh}, {ew}) exceeds the padded input ({H + pt + pb}, {W + pl + pr})")
+    return kh, kw, sh, sw, pt, pl, dh, dw, (H + pt + pb - eh) // sh + 1, (W + pl + pr - ew) // sw + 1
+
+
+def im2col(
+    x: np.ndarray, kernel_size, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), out: np.ndarray | None = None
+) -> np.ndarray:
+    """The convolution columns of ``x`` (N, C, H, W): shape ``(C * kh * kw, N * Ho * Wo)``.
+
+    Row ``(c * kh + i) * kw + j``, column ``n * Ho * Wo + p`` is the input value kernel tap ``(i, j)``
+    of channel ``c`` reads for output pixel ``p`` of image ``n`` (zero in the padding), so
+    ``weight.reshape(O, -1) @ cols`` is the convolution of a batch. ``padding`` is
+    ``(top, bottom, left, right)`` (negative sides crop) and is applied while copying. ``out``, when
+    given, is a C-contiguous writable array of that shape and dtype, filled and returned.
+    """
+    fn = "im2col"
+    x = _input(fn, "x", x)
+    g = _conv_geometry(fn, x, kernel_size, stride, padding, dilation)
+    shape = (x.shape[1] * g[0] * g[1], x.shape[0] * g[8] * g[9])
+    if out is None:
+        out = np.empty(shape, dtype=x.dtype)
+    else:
+        out = _inplace(fn, "out", out)
+        if out.shape != shape or out.dtype != x.dtype:
+            raise ValueError(f"{fn}: 'out' must be a {x.dtype} array of shape {shape}, got {out.dtype} {out.shape}")
+    _native(fn).im2col(x, out, *g)
+    return out
+
+
+def col2im(cols: np.ndarray, dx: np.ndarray, kernel_size, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)) -> None:
+    """Add ``cols`` (the layout of :func:`im2col`) into ``dx`` (N, C, H, W) in place: the adjoint of im2col.
+
+    Each column entry is added to the input position it was read from (entries read from the
+    padding are dropped), which is the input gradient given the gradient of the columns.
+    """
+    fn = "col2im"
+    dx = _inplace(fn, "dx", dx)
+    cols = _input(fn, "cols", cols)
+    _native(fn).col2im(cols, dx, *_conv_geometry(fn, dx, kernel_size, stride, padding, dilation))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""conv2d and its two backward kernels on the CPU with the native im2col / col2im (``flow._C``).
+
+The GEMM is NumPy's matmul (OpenBLAS) around the native column kernels, which fuse padding,
+stride and dilation into the copy (no padded input), fill a column buffer reused across batch
+chunks, and add the input gradient's columns straight into the (unpadded) input gradient. A
+chunk of one image (the large layers) needs no layout change at all: the GEMM writes the image's
+output in place, and the output gradient of one image is already the GEMM's operand.
+
+Covered: float32 / float64, ``groups=1``, any stride, padding (negative crops), dilation and
+kernel size, any input layout (made C-contiguous first). Everything else (grouped / depthwise
+convolutions, integer dtypes, or the extension not built) runs the NumPy reference kernels of
+:mod:`flow.ops.nn_conv`, as does everything when ``FLOW_CONV_REFERENCE=1`` (to measure one against
+the other).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from flow.backends.cpu import native
+from flow.ops import nn_conv as R
+
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# From this many output pixels an image's GEMM is wide enough on its own: forward and input gradient go
+# one image at a time (no gather / scatter of the output between layouts; measured on ResNet-18 shapes:
+# per-image products were faster from 256 pixels, the batched chunk below that).
+_PER_IMAGE_PIXELS = 256
+# Column buffers are kept per thread and reused: a fresh multi-MB buffer faults its pages in on every
+# call (glibc hands large blocks back to the OS), which cost the stem convolution of ResNet-18 a third
+# of its time. Buffers above this size are not kept.
+_KEEP_BYTES = 64 << 20
+_SCRATCH = threading.local()
+
+
+def use_native(a: np.ndarray, groups: int) -> bool:
+    """Whether the native column kernels handle this dtype / group count (else the reference runs)."""
+    return (
+        native.HAVE_NATIVE
+        and groups == 1
+        and a.dtype in _NATIVE_DTYPES
+        and os.environ.get("FLOW_CONV_REFERENCE") != "1"
+    )
+
+
+def _plan(N: int, K: int, P: int, itemsize: int, per_image: bool = False) -> tuple[list, int]:
+    """Batch chunks (the reference kernels' sizes: ~4 MB of columns each, or single images when
+    ``per_image`` and the images are large enough) and the largest chunk."""
+    if per_image and P >= _PER_IMAGE_PIXELS:
+        return [slice(i, i + 1) for i in range(N)], min(N, 1)
+    chunks = R._chunks(N, K * P * itemsize, P)
+    return chunks, max((s.stop - s.start for s in chunks), default=0)
+
+
+def _scratch(slot: str, size: int, dtype: np.dtype) -> np.ndarray:
+    """A flat buffer of at least ``size`` elements, this thread's for ``slot`` (contents undefined)."""
+    bufs = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    buf = bufs.get((slot, dtype))
+    if buf is None or buf.size < size:
+        buf = np.empty(size, dtype=dtype)
+        if size * buf.itemsize <= _KEEP_BYTES:
+            bufs[(slot, dtype)] = buf
+    return buf
+
+
+def _rows(g: np.ndarray, sl: slice, buf: np.ndarray) -> np.ndarray:
+    """The chunk's output gradient (n, O, P) as GEMM rows (O, n * P), copied into ``buf`` if n > 1."""
+    gs = g[sl]
+    n, O, P = gs.shape
+    if n == 1:
+        return gs[0]
+    rows = buf[: O * n * P].reshape(O, n, P)
+    np.copyto(rows, gs.transpose(1, 0, 2))
+    return rows.reshape(O, n * P)
+
+
+def conv2d_forward(x, w, b, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> np.ndarray:
+    """``conv2d(x, w, b)`` (NCHW); see :func:`flow.ops.nn_conv.conv2d_forward` for the arguments."""
+    if not use_native(x, groups):
+        return R.conv2d_forward(np, x, w, b, stride, padding, dilation, groups)
+    N, C, H, W = x.shape
+    O, _, kh, kw = w.shape
+    Ho, Wo = R.conv_out_size("conv2d", (H, W), (kh, kw), stride, padding, dilation)
+    K, P = C * kh * kw, Ho * Wo
+    x = np.ascontiguousarray(x)
+    wm = np.ascontiguousarray(w).reshape(O, K)
+    out = np.empty((N, O, P), dtype=x.dtype)
+    # a 1x1, stride-1, unpadded kernel reads every pixel once in place: the image is its own columns
+    identity = (kh, kw) == (1, 1) and stride == (1, 1) and not any(padding)
+    chunks, nmax = _plan(N, K, P, x.itemsize, per_image=True)
+    cols = _scratch("cols", 0 if identity and nmax == 1 else K * nmax * P, x.dtype)
+    res = _scratch("res", O * nmax * P if nmax > 1 else 0, x.dtype)
+    for sl in chunks:
+        n = sl.stop - sl.start
+        if identity and n == 1:
+            c = x[sl.start].reshape(C, P)
+        else:
+            c = cols[: K * n * P].reshape(K, n * P)
+            native.im2col(x[sl], kernel_size=(kh, kw), stride=stride, padding=padding, dilation=dilation, out=c)
+        if n == 1:
+            np.matmul(wm, c, out=out[sl.start])
+        else:
+            r = res[: O * n * P].reshape(O, n * P)
+            np.matmul(wm, c, out=r)
+            out[sl] = r.reshape(O, n, P).transpose(1, 0, 2)
+    out = out.reshape(N, O, Ho, Wo)
+    if b is not None:
+        out += b.reshape(1, O, 1, 1)
+    return out
+
+
+def conv2d_backward_input(
+    g, w, input_size: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int
+) -> np.ndarray:
+    """The input gradient of conv2d: ``w^T @ grad_output`` per chunk, col2im-added into a zeroed result."""
+    if not use_native(g, groups):
+        return R.conv2d_backward_input(np, g, w, input_size, stride, padding, dilation, groups)
+    N, O, Ho, Wo = g.shape
+    _, C, kh, kw = w.shape
+    H, W = input_size
+    K, P = C * kh * kw, Ho * Wo
+    wt = np.ascontiguousarray(w).reshape(O, K).T  # (K, O): a transposed operand, no copy (BLAS transposes)
+    gr = np.ascontiguousarray(g).reshape(N, O, P)
+    dx = np.zeros((N, C, H, W), dtype=g.dtype)
+    chunks, nmax = _plan(N, K, P, g.itemsize, per_image=True)
+    dcols = _scratch("cols", K * nmax * P, g.dtype)
+    gbuf = _scratch("res", O * nmax * P if nmax > 1 else 0, g.dtype)
+    for sl in chunks:
+        n = sl.stop - sl.start
+        d = dcols[: K * n * P].reshape(K, n * P)
+        np.matmul(wt, _rows(gr, sl, gbuf), out=d)
+        native.col2im(d, dx[sl], kernel_size=(kh, kw), stride=stride, padding=padding, dilation=dilation)
+    return dx
+
+
+def conv2d_backward_weight(
+    g, x, weight_size: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int
+) -> np.ndarray:
+    """The weight gradient of conv2d: the sum over chunks of ``grad_output @ cols^T``."""
+    if not use_native(x, groups):
+        return R.conv2d_backward_weight(np, g, x, weight_size, stride, padding, dilation, groups)
+    N, C = x.shape[:2]
+    O, Ho, Wo = g.shape[1:]
+    kh, kw = weight_size
+    K, P = C * kh * kw, Ho * Wo
+    x = np.ascontiguousarray(x)
+    gr = np.ascontiguousarray(g).reshape(N, O, P)
+    acc = np.zeros((O, K), dtype=x.dtype)
+    chunks, nmax = _plan(N, K, P, x.itemsize)
+    cols = _scratch("cols", K * nmax * P, x.dtype)
+    gbuf = _scratch("res", O * nmax * P if nmax > 1 else 0, x.dtype)
+    part = _scratch("part", O * K, x.dtype)[: O * K].reshape(O, K) if len(chunks) > 1 else None
+    for k, sl in enumerate(chunks):
+        n = sl.stop - sl.start
+        c = cols[: K * n * P].reshape(K, n * P)
+        native.im2col(x[sl], kernel_size=(kh, kw), stride=stride, padding=padding, dilation=dilation, out=c)
+        # the first chunk's product is the sum so far; later ones go through one (O, K) scratch
+        np.matmul(_rows(gr, sl, gbuf), c.T, out=acc if k == 0 else part)
+        if k:
+            acc += part
+    return acc.reshape(O, C, kh, kw)
