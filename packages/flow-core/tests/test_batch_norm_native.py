@@ -189,3 +189,21 @@ def test_instance_norm_still_matches_torch():
         y = F.instance_norm(flow.tensor(xn), rm, rv, use_input_stats=use)
         ty = torch.nn.functional.instance_norm(torch.tensor(xn), trm, trv, use_input_stats=use)
         np.testing.assert_allclose(y.numpy(), ty.numpy(), rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_an_inplace_activation_after_batch_norm_keeps_the_gradient(training):
+    # the op keeps its statistics for the gradient, not its output, which an in-place ReLU overwrites
+    torch = pytest.importorskip("torch")
+
+    def run(lib):
+        lib.manual_seed(0)
+        bn = lib.nn.BatchNorm2d(3).double()
+        bn.train(training)
+        x = lib.tensor(np.random.default_rng(3).standard_normal((4, 3, 5, 5)), requires_grad=True)
+        y = lib.nn.functional.leaky_relu(bn(x), 0.2, inplace=True)
+        (y * y).sum().backward()
+        return y.detach().numpy(), x.grad.numpy(), bn.weight.grad.numpy(), bn.bias.grad.numpy()
+
+    for got, want in zip(run(flow), run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

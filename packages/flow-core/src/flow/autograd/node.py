@@ -97,9 +97,15 @@ class Node:
             return n
         n.n_out = len(outs)
         if save == "both" or save == "outputs":
-            n.saved_out = tuple([o._data for o in outs])
-            for o in outs:
-                versions.append((o._version, o._version[0]))
+            keep = op.saved_outputs
+            if keep is None:
+                n.saved_out = tuple([o._data for o in outs])
+                for o in outs:
+                    versions.append((o._version, o._version[0]))
+            else:  # only these outputs: the others may be written in place without invalidating the node
+                n.saved_out = tuple([o._data if i in keep else None for i, o in enumerate(outs)])
+                for i in keep:
+                    versions.append((outs[i]._version, outs[i]._version[0]))
         else:
             n.saved_out = None
         n.versions = versions
@@ -134,6 +140,9 @@ class Node:
         self._check_versions()
         outs = []
         for i, a in enumerate(s):
+            if a is None:  # not kept (OpDef.saved_outputs)
+                outs.append(None)
+                continue
             t = Tensor._make(a, _dtype_of(a), self._out_device())
             t._requires_grad = True
             t.grad_fn = self

@@ -165,6 +165,7 @@ BATCH_NORM = defop(
     dtypes=FLOAT,
     grad=_bn_grad,
     save="both",
+    saved_outputs=(1, 2),  # mean and invstd: an in-place activation may overwrite the output
 )
 BATCH_NORM_BACKWARD = defop(
     "batch_norm_backward",

@@ -329,6 +329,7 @@ class OpDef:
         "has_variadic",
         "no_error_samples",
         "origin",
+        "saved_outputs",
     )
 
     def __init__(
@@ -349,6 +350,7 @@ class OpDef:
         dynamic_shape: bool = False,
         no_error_samples: str = "",
         origin: tuple[str, int] | None = None,
+        saved_outputs: tuple[int, ...] | None = None,
     ) -> None:
         if save not in ("inputs", "outputs", "both", "none"):
             raise RegistrationError(f"op '{schema.name}': save must be inputs/outputs/both/none, got {save!r}")
@@ -359,6 +361,10 @@ class OpDef:
         self.meta = checked_meta(schema, getattr(meta, "rule", meta))
         self.grad = grad
         self.save = save
+        # which outputs autograd keeps (and checks for in-place writes) when save keeps outputs: all by
+        # default; batch norm keeps its statistics, not the normalised output a following in-place
+        # activation overwrites
+        self.saved_outputs = None if saved_outputs is None else tuple(int(i) for i in saved_outputs)
         self.plugin = plugin
         self.kernels: dict[tuple, list[KernelEntry]] = {}
         self._kcache: dict = {}  # (device type, dtype) -> kernel, filled by the dispatcher
