@@ -13,6 +13,9 @@
   script of ``packages/flow-dist/tests/ranks`` under ``mpiexec`` at 2, 3 or 4 ranks (the
   ``tests`` sessions have no MPI, so there those tests skip and the single-process ones run),
   and flow-train's ``--nproc`` test;
+- ``ecosystem``: the tools' tests (ONNX export, TensorBoard, DLPack, profiler, the graph as a picture,
+  and flow-train's options for them) with their optional dependencies installed (flow-core's
+  ``onnx`` and ``tensorboard`` extras); elsewhere those tests skip;
 - ``parity``: every package's tests that compare with PyTorch (the files that mention torch), with
   torch==2.13.0 installed by pip; a test skipped there for want of torch fails. The other sessions
   stay torch-free, since flow never needs it.
@@ -41,7 +44,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 nox.needs_version = ">=2024.4.15"  # for "uv|virtualenv"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "structure", "tests", "all_plugins", "dist", "parity"]
+nox.options.sessions = ["lint", "structure", "tests", "all_plugins", "dist", "parity", "ecosystem"]
 
 ROOT = Path(__file__).parent
 CORE = "flow-core"
@@ -236,3 +239,39 @@ def parity(session: nox.Session) -> None:
     for project_dir, files in with_torch:
         with session.chdir(project_dir):
             session.run("pytest", *files, "-p", "flow.testing.require_torch", "-q", *session.posargs)
+
+
+# The tests of features with optional dependencies, per package: run with those installed.
+ECOSYSTEM_TESTS = {
+    CORE: (
+        "tests/test_onnx_export.py",
+        "tests/test_tensorboard.py",
+        "tests/test_dlpack.py",
+        "tests/test_graph_render.py",
+        "tests/test_profiler.py",
+    ),
+    "flow-models": (
+        "tests/test_onnx_zoo.py",
+        "tests/test_train_tensorboard.py",
+        "tests/test_train_dump_graph.py",
+        "tests/test_train_profile.py",
+    ),
+}
+ECOSYSTEM_EXTRAS = "test,onnx,tensorboard"
+
+
+@nox.session
+def ecosystem(session: nox.Session) -> None:
+    """The ecosystem tools' tests with flow-core's ``onnx`` and ``tensorboard`` extras installed (onnx,
+    onnxruntime, tensorboard, Pillow), which the other sessions leave out so that they stay lean.
+    The graph-picture tests also need graphviz's ``dot`` (a system package; .ci/run installs it where
+    it can, and they skip without it)."""
+    models = ROOT / "packages" / "flow-models"
+    wheel = core_wheel(session)
+    deps = [requirement(d) for d in local_dependencies(models)]
+    models_req = f"./{models.relative_to(ROOT).as_posix()}[test,tensorboard]"
+    session.install(f"{CORE}[{ECOSYSTEM_EXTRAS}] @ {wheel.as_uri()}", models_req, *deps, "pytest")
+    session.run("python", "-c", "import onnx, onnxruntime, tensorboard, PIL")  # fail early if an extra is missing
+    for package, files in ECOSYSTEM_TESTS.items():
+        with session.chdir(ROOT / "packages" / package):
+            session.run("pytest", *files, "-q", *session.posargs)

@@ -115,7 +115,9 @@ from flow import (  # noqa: E402
     func,
     linalg,
     nn,
+    onnx,  # flow.onnx.export; the onnx package itself is imported on the first export
     optim,
+    profiler,
     sparse,
     special,
     testing,
@@ -141,6 +143,7 @@ from flow._complex import (  # noqa: E402
 from flow.graph import compile  # noqa: E402  (graph mode; flow.nn.Graph is the class form)
 from flow.serialization import load, save  # noqa: E402
 from flow.sparse import sparse_coo_tensor  # noqa: E402
+from flow.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 
 float = float32  # noqa: A001 - PyTorch's aliases
 double = float64

@@ -15,6 +15,7 @@ from flow._dispatch import _KINDS
 from flow._methods.autograd import AutogradMethods
 from flow._methods.compat import CompatMethods
 from flow._methods.conversion import ConversionMethods
+from flow._methods.dlpack import DLPackMethods
 from flow._methods.elementwise import ElementwiseMethods
 from flow._methods.extra_ops import ExtraOpsMethods
 from flow._methods.factories_like import NewTensorMethods
@@ -53,6 +54,7 @@ class Tensor(
     ExtraOpsMethods,
     LinalgDecompMethods,
     SparseLayoutMethods,
+    DLPackMethods,
 ):
     """A multi-dimensional array on a device, with autograd.
 
@@ -242,12 +244,6 @@ class Tensor(
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
-
-    def __dlpack__(self, stream=None):
-        return self._data.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self._data.__dlpack_device__()
 
     def numpy_host(self) -> np.ndarray:
         from flow.registry import get_device_type

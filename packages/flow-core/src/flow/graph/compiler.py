@@ -336,6 +336,13 @@ class Runner:
             save(s, path)
         return s
 
+    def render(self, path: str, format: str | None = None) -> str:
+        """Draw the IR into ``path`` with Graphviz's ``dot`` (svg/png/pdf from the extension; see
+        :mod:`flow.graph.render`): phases coloured, fused groups as clusters, values annotated."""
+        from flow.graph.render import render
+
+        return render(self.ir, path, format)
+
     def to_json(self, path: str | None = None) -> str:
         """The IR as JSON (written to ``path`` when given)."""
         from flow.graph.debug import save, to_json

@@ -22,6 +22,10 @@ from flow._fpstate import fp_reset, fp_set
 from flow.errors import FlowError
 from flow.graph.dataflow import run_dataflow
 
+# Set by flow.profiler while a profile records: ``hook(executor, inputs, states, hosts)`` runs the
+# step with each plan node timed. Checked once per step; None (no work) otherwise.
+PROFILE_HOOK = None
+
 
 class GraphExecutionError(FlowError):
     """An op failed while a compiled graph ran; ``node`` and ``loc`` say which and where it was written."""
@@ -183,6 +187,8 @@ class Executor:
         try:
             if self.mode == "dataflow":
                 return self._run_dataflow(inputs, states, hosts)
+            if PROFILE_HOOK is not None:
+                return PROFILE_HOOK(self, inputs, states, hosts)
             return self._fn(inputs, states, hosts)
         except Exception as e:
             if self.mode == "dataflow":

@@ -110,7 +110,13 @@ _DIM = Attr("dim", tuple, items=int)
 _NORM = Attr("norm", str, "backward", NORMS)
 
 
+def _check_rank(op: str, x) -> None:
+    if x.ndim == 0:  # wrap_dims reads a 0-d tensor as 1-d (a scalar's dim 0): there is no signal to transform
+        raise OpError(op, "expected a tensor of at least 1 dim, got a 0-d tensor")
+
+
 def _signal_dims(op: str, x, dim: tuple) -> tuple:
+    _check_rank(op, x)
     dims = M.wrap_dims(op, dim, x.ndim)
     if not dims:
         raise OpError(op, "needs at least one dim to transform")
@@ -228,6 +234,7 @@ def _r2c_kernel(xp):
 def _c2r_meta(re, im, dim, last_dim_size, norm="backward"):
     op = "fft_c2r"
     dev = _pair_meta(op, re, im)
+    _check_rank(op, re)
     dims = M.wrap_dims(op, dim, re.ndim)
     if not dims:
         raise OpError(op, "needs at least one dim to transform")
@@ -300,6 +307,7 @@ def _c2c_samples():
     yield ErrorInput((x, x), {"dim": (0, 0)}, OpError, "names a dimension twice")
     yield ErrorInput((x, x), {"dim": (1,), "norm": "unitary"}, OpError, "'norm' must be one of")
     yield ErrorInput((S.uniform((0, 3)), S.uniform((0, 3))), {"dim": (0,)}, OpError, "invalid number of data points")
+    yield ErrorInput((S.uniform(()), S.uniform(())), {"dim": (0,)}, OpError, "got a 0-d tensor")
 
 
 def _r2c_samples():
@@ -310,6 +318,7 @@ def _r2c_samples():
     yield ErrorInput((x,), {"dim": (2,)}, OpError, "out of range")
     yield ErrorInput((x,), {"dim": ()}, OpError, "needs at least one dim")
     yield ErrorInput((S.uniform((3, 0)),), {"dim": (1,)}, OpError, "invalid number of data points")
+    yield ErrorInput((S.uniform(()),), {"dim": (0,)}, OpError, "got a 0-d tensor")
 
 
 def _hermitian(shape, seed):
@@ -325,6 +334,7 @@ def _c2r_samples():
     yield ErrorInput((re, im), {"dim": (1,), "last_dim_size": 8}, OpError, "must have last_dim_size // 2 + 1 = 5")
     yield ErrorInput((re, im), {"dim": (1,), "last_dim_size": 0}, OpError, "invalid number of data points")
     yield ErrorInput((re, S.uniform((3,))), {"dim": (1,), "last_dim_size": 6}, OpError, "one shape and dtype")
+    yield ErrorInput((S.uniform(()), S.uniform(())), {"dim": (0,), "last_dim_size": 1}, OpError, "got a 0-d tensor")
 
 
 set_samples(FFT_C2C, _c2c_samples)

@@ -12,6 +12,7 @@ import collections
 
 import numpy as np
 
+from flow import _dispatch
 from flow import _dtype as D
 from flow._dispatch import call
 from flow.errors import OpError, OpIndexError, OpTypeError
@@ -22,9 +23,9 @@ from flow.registry.ops import ANY, FLOAT, Attr
 
 # -- helpers shared with reduction_stats and sorting ---------------------------------
 def check_tensor(op: str, x, arg: str = "input") -> None:
-    from flow._tensor import Tensor
-
-    if not isinstance(x, Tensor):
+    # the dispatcher's reference to Tensor (set when flow is imported): an import statement here
+    # cost more than the rest of a small sum's Python code
+    if not isinstance(x, _dispatch.Tensor):
         raise OpTypeError(op, f"'{arg}' must be a Tensor, got {type(x).__name__}")
 
 
@@ -58,7 +59,8 @@ def keep_shape(shape, dims) -> tuple:
 
 def expand_back(g, shape, dims, keepdim: bool):
     """Broadcast a reduced gradient (or output) back to the input's ``shape``."""
-    if not keepdim:
+    # when the reduced dims are the leading ones (a sum of everything, say) expand adds them back: no reshape
+    if not keepdim and tuple(dims) != tuple(range(len(dims))):
         g = g.reshape(keep_shape(shape, dims))
     return g.expand(shape)
 
@@ -171,10 +173,16 @@ PROD = defop(
 
 @kernel(SUM)
 def _sum_kernel(xp):
+    # NumPy's ufunc itself: np.sum's Python wrapper costs about twice the reduction of a small array
+    reduce = xp.add.reduce if xp is np else None
+
     def run(x, dim=None, keepdim=False):
         ax = axes(x, dim)
-        if x.dtype.kind in "biu":
+        kind = x.dtype.kind
+        if kind in "biu":
             return xp.asarray(xp.sum(x, axis=ax, keepdims=keepdim, dtype=xp.int64))
+        if reduce is not None and kind == "f" and x.dtype.itemsize >= 4:
+            return xp.asarray(reduce(x, axis=ax, keepdims=keepdim))  # keeps its dtype
         # accumulate half precision in float32, as PyTorch does
         return xp.asarray(xp.sum(_half_acc(xp, x), axis=ax, keepdims=keepdim)).astype(x.dtype, copy=False)
 

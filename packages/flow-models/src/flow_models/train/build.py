@@ -68,6 +68,8 @@ def check_features(cfg: TrainConfig) -> None:
             get_device_type(dev)
         except Exception as e:
             raise TrainError(f"--device {cfg.device} is not available: {e}") from None
+    if cfg.dump_graph and not cfg.graph:
+        raise TrainError("--dump-graph draws the compiled training step: add --graph")
     if cfg.graph and not hasattr(flow.nn, "Graph"):
         raise TrainError(
             "--graph needs graph mode (flow.nn.Graph), which this flow-core does not have yet; train with --eager"

@@ -85,12 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode = e.add_mutually_exclusive_group()
     mode.add_argument("--graph", dest="graph", action="store_true", default=None, help=SETTINGS["graph"].help)
     mode.add_argument("--eager", dest="graph", action="store_false", help="run eagerly (the default)")
-    for name in ("amp", "device", "num_workers", "threads", "nproc"):
+    _add(e, "dump_graph", metavar="DIR")
+    for name in ("amp", "device", "num_workers", "threads", "nproc", "profile"):
         _add(e, name)
     o = p.add_argument_group("output")
     _add(o, "output", metavar="DIR")
     _add(o, "resume", metavar="CKPT")
     _add(o, "log_every", metavar="STEPS")
+    _add(o, "tensorboard", metavar="DIR")
     o.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     s = p.add_argument_group("sampling (language models)")
     s.add_argument("--sample", action="store_true", default=None, help=SETTINGS["sample"].help)
@@ -142,7 +144,7 @@ def _settings(args: argparse.Namespace):
             base = resume_config_values(args.resume)
         except TrainError as e:
             raise TrainError(f"--resume: {e}") from None
-        for key in ("resume", "max_steps", "model"):
+        for key in ("resume", "max_steps", "model", "profile", "dump_graph"):
             base.pop(key, None)
     file_values = load_config_file(args.config) if args.config else {}
     model = args.model or file_values.pop("model", None) or (_checkpoint_model(args.resume) if args.resume else None)

@@ -48,8 +48,10 @@ class TrainConfig:
     warmup_steps: int = 0
     grad_clip: float | None = None
     max_steps: int | None = None  # stop after this many optimizer steps in total (short runs, smoke tests)
+    profile: int | None = None  # profile this many steps after a warm-up one (flow_models.train.profiling)
     eval_batches: int | None = None  # evaluate on at most this many test batches
     graph: bool = False
+    dump_graph: str | None = None  # with --graph: the folder the compiled step's picture goes to
     amp: str = "none"  # "bf16" / "fp16": mixed precision through flow-amp (flow_models.train.amp)
     device: str = "cpu"
     output: str = "runs/{model}-{dataset}"
@@ -59,6 +61,7 @@ class TrainConfig:
     threads: int = 1  # BLAS / OpenMP threads; 0 keeps the libraries' own default (see limit_threads)
     nproc: int = 1  # data-parallel processes (flow_models.train.parallel)
     log_every: int = 10
+    tensorboard: str | None = None  # TensorBoard event files folder (flow_models.train.tensorboard)
     progress: bool = True
     sample: bool = False
     prompt: str = "\n"

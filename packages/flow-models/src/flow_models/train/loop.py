@@ -22,9 +22,11 @@ from flow_models.train import build, parallel
 from flow_models.train.amp import MixedPrecision
 from flow_models.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from flow_models.train.config import TrainConfig, TrainError
+from flow_models.train.graph_dump import GraphDumper
 from flow_models.train.interrupt import Interrupt
 from flow_models.train.options import MAX_SEED
 from flow_models.train.preflight import check_loaded, preflight
+from flow_models.train.profiling import StepProfiler
 from flow_models.train.runfiles import MetricsLog, atomic_write, remove_stale_temps
 from flow_models.train.tasks import make_task
 
@@ -126,13 +128,22 @@ class Trainer:
             os.makedirs(self.out_dir, exist_ok=True)
             remove_stale_temps(self.out_dir)
         self.checkpoint_path = os.path.join(self.out_dir, CHECKPOINT_NAME)
+        self.step_profiler = StepProfiler(cfg.profile, self.out_dir, log, self.main)
         self.amp = MixedPrecision(cfg.amp, cfg.device)
         if self.resumed:
             self._restore(self.resumed)
         self.metrics = MetricsLog(
             os.path.join(self.out_dir, "metrics.jsonl"), self.global_step if self.resumed else None, write=self.main
         )
+        self.tensorboard = None
+        if cfg.tensorboard and self.main:  # every metrics record also goes to TensorBoard, and the graph
+            from flow_models.train.tensorboard import TensorBoardLog
+
+            tb_dir = cfg.tensorboard.format(model=cfg.model, dataset=cfg.dataset or "data")
+            self.tensorboard = TensorBoardLog(tb_dir, self.metrics, self.global_step if self.resumed else None, log)
+            self.metrics = self.tensorboard
         self._graph_step = self._make_graph_step() if cfg.graph else None
+        self.graph_dumper = GraphDumper(cfg.dump_graph if cfg.graph else None, log, self.main)
 
     # -- state ----------------------------------------------------------------------------------------
     def _restore(self, st: dict) -> None:
@@ -204,6 +215,7 @@ class Trainer:
         n = int(batch[0].shape[0])
         if self._graph_step is not None:
             loss = self._graph_step(*batch)
+            self.graph_dumper.after(self._graph_step)
         else:
             with self.amp.autocast():
                 loss, n = self.task.loss(self.train_model, batch)
@@ -225,6 +237,8 @@ class Trainer:
                 f"the loss became {value} at step {self.global_step + 1}; try a lower --lr "
                 f"(now {self.cfg.lr}) or --grad-clip{hint}"
             )
+        if self.tensorboard is not None and not self.tensorboard.has_graph:
+            self.tensorboard.add_graph(self, batch)  # after the step: in graph mode it is compiled now
         return value, n
 
     def evaluate(self) -> dict:
@@ -280,10 +294,13 @@ class Trainer:
                     f"{path}; continue with --resume {path}"
                 )
                 raise SystemExit(interrupt.exit_code)
+            self.step_profiler.close()
             if stopped == "max_steps" or not self.last_eval:  # stopped early, or resumed a finished run
                 self._record_eval(self.evaluate())
                 self.save()
         self._plot()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         return self._summary(time.perf_counter() - start)
 
     def _run_epoch(self, interrupt: Interrupt) -> str | None:
@@ -312,7 +329,8 @@ class Trainer:
                     return "interrupt"
                 if cfg.max_steps and self.global_step >= cfg.max_steps:
                     return "max_steps"
-                loss, n = self.train_step(_to_device(batch, self.device))
+                with self.step_profiler.step():
+                    loss, n = self.train_step(_to_device(batch, self.device))
                 self.step_in_epoch += 1
                 self.global_step += 1
                 seen += n
