@@ -63,8 +63,17 @@ MATMUL = defop("matmul", ["input", "other"], meta=_matmul_meta, dtypes=NUMERIC, 
 
 @kernel(MATMUL)
 def _matmul_kernel(xp):
+    if xp.__name__ != "numpy":
+        return lambda a, b: xp.matmul(a, b)
+    blas = (xp.dtype(xp.float32), xp.dtype(xp.float64))
+    matmul_ = xp.matmul
+
     def run(a, b):
-        return xp.matmul(a, b)
+        # ndarray.dot is the same GEMM without the ufunc machinery: 0.5 us against matmul's 1.1 us for
+        # small matrices, which is most of an eager matmul's overhead there
+        if a.ndim == 2 and b.ndim == 2 and a.dtype is b.dtype and a.dtype in blas:
+            return a.dot(b)
+        return matmul_(a, b)
 
     return run
 
