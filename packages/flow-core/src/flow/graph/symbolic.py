@@ -6,7 +6,9 @@ and names the IR value it currently holds. It behaves like a *variable*: an in-p
 mutate tensors) records the new value and re-points the array at it, so later readers see the
 new value and the tracer can turn "this state tensor ends with another value" into an explicit
 state update. Asking for data (``item()``, ``numpy()``, ``bool()``, ``float()``, printing) raises
-:class:`GraphTraceError` naming the op that made the tensor and the line of build that asked.
+:class:`GraphTraceError` naming the op that made the tensor and the line of build that asked,
+unless the array holds a constant of the graph (a value computed from constants only, see
+:mod:`flow.graph.trace_constants`): reads of its host value (``item()``, ``unique``) get the data.
 
 It is an array kind (:mod:`flow.array_kinds`, registered by :mod:`flow.graph.tracer`): it follows
 the array protocol (``shape``, ``dtype``, ``copy()``, ``a[...] = b``; its ``__array__`` raises), and
@@ -14,6 +16,8 @@ an op on a symbolic tensor that reaches the dispatcher goes to the tracer that m
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -98,16 +102,45 @@ class SymbolicArray:
             f"(shapes only); {hint}"
         )
 
+    def _constant(self):
+        """The host data when this array holds a constant of its trace (computed from constants only,
+        see :mod:`flow.graph.trace_constants`), else None."""
+        v = self.value
+        t = self.tracer
+        if t is None:
+            return None
+        a = t.constant_array(v)
+        if a is None or v.device.type == "cpu":
+            return a
+        from flow.registry import get_device_type
+
+        return get_device_type(v.device.type).to_host(a)
+
     def __array__(self, dtype=None, copy=None):
+        # a constant gives its data to reads of a tensor's host value (Tensor.numpy_host: item(),
+        # unique, ...) only: NumPy's ``concrete[...] = sym`` (an in-place op on a tensor captured by
+        # build) calls __array__ too, and that write would happen once while tracing instead of at
+        # every step, so it keeps raising
+        caller = sys._getframe(1).f_code
+        if caller.co_name == "_kind_host" and caller.co_filename.endswith("_tensor.py"):
+            c = self._constant()
+            if c is not None:
+                return np.array(c, dtype=dtype) if copy else np.asarray(c, dtype=dtype)
         raise self._error(
             "converting a traced tensor to a NumPy array (numpy(), item(), printing, or writing it "
             "into a tensor that is not part of the graph)"
         )
 
     def item(self, *args):
+        c = self._constant()
+        if c is not None:
+            return np.asarray(c).item(*args)
         raise self._error("item()")
 
     def tolist(self):
+        c = self._constant()
+        if c is not None:
+            return np.asarray(c).tolist()
         raise self._error("tolist()")
 
     def __bool__(self):

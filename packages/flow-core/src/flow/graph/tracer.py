@@ -39,6 +39,7 @@ from flow.autograd.grad_mode import STATE, no_grad
 from flow.errors import OpTypeError
 from flow.graph.ir import GraphIR, HostSpec, Lit, SourceLoc, StateSpec, Value
 from flow.graph.symbolic import GraphTraceError, SymbolicArray
+from flow.graph.trace_constants import constant_array, dynamic_shape_error, fold_dynamic_call
 from flow.interceptors import intercept
 from flow.ops.meta import TensorMeta
 
@@ -152,6 +153,7 @@ class Tracer:
         self.phase = "forward"
         self.last_node = None
         self._captured = 0
+        self.folded: dict[int, object] = {}  # value id -> its array when computed from constants (or None)
 
     # -- states, hosts, constants --------------------------------------------------------
     def add_state_tensor(self, t: Tensor, name: str, kind: str) -> Value:
@@ -232,6 +234,10 @@ class Tracer:
         self._consts[id(x)] = (x, d, x._version[0], v)
         return v
 
+    def constant_array(self, v: Value):
+        """The array ``v`` holds at every step if it is computed from constants only (computed now), else None."""
+        return constant_array(self, v)
+
     def describe_value(self, v: Value) -> str:
         if v.kind == "node" and v.producer is not None:
             n = v.producer
@@ -280,12 +286,11 @@ class Tracer:
     # -- the interceptor -----------------------------------------------------------------
     def __call__(self, op, inputs: tuple, attrs: dict):
         if op.dynamic_shape:
-            loc = self.user_location()
-            raise GraphTraceError(
-                f"graph tracing: op '{op.name}'{' at ' + loc.short() if loc else ''} has an "
-                "output shape that depends on the input values, which a compiled graph cannot "
-                "have; run it eagerly"
-            )
+            # on a value computed from constants only (a triu mask) the op runs now: its result is a constant
+            folded = fold_dynamic_call(self, op, inputs, attrs)
+            if folded is NotImplemented:
+                raise dynamic_shape_error(self, op, inputs)
+            return folded
         for x in inputs:  # another array kind's tensor (a global one): its handler answers first and
             # runs the op on its pieces, which are symbolic and come back here (the symbolic kind)
             for t in x if x.__class__ is list or x.__class__ is tuple else (x,):
