@@ -165,7 +165,8 @@ def _store_grad(t, g, create_graph: bool, given: dict, owned: dict) -> None:
             a = _copy(a)
             g = Tensor._make(a, g.dtype, g.device)
         elif g._requires_grad or g._extra is not None or g.__class__ is not Tensor:
-            g = Tensor._make(a, g.dtype, g.device)
+            # an array kind may name its tensor class (a sparse gradient stays a SparseTensor)
+            g = getattr(a, "tensor_class", Tensor)._make(a, g.dtype, g.device)
         given[id(a)] = a
         t.grad = g
     elif acc._requires_grad:

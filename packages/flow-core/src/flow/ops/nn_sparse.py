@@ -36,7 +36,7 @@ def _check_padding(op, padding_idx, v):
         raise OpIndexError(op, f"'padding_idx' must be a row of the weight, in [0, {v}), got {padding_idx}")
 
 
-def _emb_meta(w, idx, padding_idx=None, scale_grad_by_freq=False):
+def _emb_meta(w, idx, padding_idx=None, scale_grad_by_freq=False, sparse=False):
     _check_weight("embedding", w)
     _check_padding("embedding", padding_idx, w.shape[0])
     dev = M.check_same_device("embedding", w, idx)
@@ -62,7 +62,7 @@ def _bag_count(op, idx, offs, include_last_offset):
     return b
 
 
-def _bag_meta(w, idx, offs, psw=None, mode="mean", padding_idx=None, include_last_offset=False):
+def _bag_meta(w, idx, offs, psw=None, mode="mean", padding_idx=None, include_last_offset=False, sparse=False):
     op = "embedding_bag"
     _check_weight(op, w)
     _check_padding(op, padding_idx, w.shape[0])
@@ -201,7 +201,7 @@ def _bag_max(xp, w, used, starts, bag_of, keep, nb, m):
 
 
 def _bag_kernel(xp):
-    def run(w, idx, offs, psw, mode="mean", padding_idx=None, include_last_offset=False):
+    def run(w, idx, offs, psw, mode="mean", padding_idx=None, include_last_offset=False, sparse=False):
         v, d = w.shape
         idx1 = idx.reshape(-1).astype(xp.int64, copy=False)
         _check_range(xp, "embedding_bag", idx1, v)
@@ -250,7 +250,7 @@ def _bagb_kernel(xp):
 
 @kernel("embedding")
 def _emb_kernel(xp):
-    def run(w, idx, padding_idx=None, scale_grad_by_freq=False):
+    def run(w, idx, padding_idx=None, scale_grad_by_freq=False, sparse=False):
         _check_range(xp, "embedding", idx.reshape(-1), w.shape[0])
         return xp.take(w, idx, axis=0)
 
@@ -285,9 +285,28 @@ def _const(ref, a, dtype=None):
     return flow.tensor(np.ascontiguousarray(a), dtype=dtype, device=ref.device)
 
 
+def sparse_rows_grad(rows, idx1, num_weights: int, padding_idx=None):
+    """The hybrid sparse COO gradient ``(num_weights, D)`` of a table whose rows ``idx1`` (host int64, in
+    lookup order, repeats kept) received the gradient rows ``rows`` (n, D), as PyTorch's
+    ``embedding_sparse_backward``: uncoalesced, ``padding_idx`` entries left out."""
+    from flow.sparse import SparseTensor
+
+    if padding_idx is not None:
+        keep = np.flatnonzero(idx1 != padding_idx)
+        if keep.size != idx1.size:
+            rows = rows.index_select(0, _const(rows, keep))
+            idx1 = idx1[keep]
+    shape = (num_weights, rows.shape[-1])
+    return SparseTensor._from_parts(idx1.reshape(1, -1).astype(np.int64), rows, shape, False)
+
+
 def _emb_grad(ctx, g):
     w, idx = ctx.inputs
     a = ctx.attrs
+    if a.get("sparse", False):  # nn.Embedding(sparse=True): only the looked-up rows, one entry per lookup
+        idx1 = np.asarray(idx.numpy_host()).reshape(-1).astype(np.int64)
+        rows = g.reshape(idx1.size, g.shape[-1])
+        return sparse_rows_grad(rows, idx1, w.shape[0], a.get("padding_idx")), None
     return call(
         EMBEDDING_BACKWARD,
         g,
@@ -335,11 +354,31 @@ def _psw_grad(g, table, idx, offs, a):
     return (rows_g * rows_t).sum(-1) * (ids >= 0).to(g.dtype)
 
 
+def _sparse_bag_grad(g, w, idx, offs, psw, a):
+    """The weight's hybrid sparse gradient of a 'sum' / 'mean' bag (PyTorch's
+    ``_embedding_bag_sparse_backward``): one entry per index taking part, its bag's gradient row scaled by
+    its per-sample weight or 1 / bag size."""
+    ids = np.asarray(_bag_ids(idx, offs, a).numpy_host()).astype(np.int64)
+    keep = np.flatnonzero(ids >= 0)  # padding (and unused trailing) indices have no entry
+    bags = ids[keep]
+    rows = g.index_select(0, _const(g, bags))
+    if a.get("mode", "mean") == "mean" and bags.size:
+        cnt = np.bincount(bags, minlength=int(g.shape[0]))
+        rows = rows * _const(g, (1.0 / cnt[bags])[:, None], g.dtype)
+    if psw is not None:
+        rows = rows * psw.reshape(-1).index_select(0, _const(g, keep)).unsqueeze(1)
+    idx1 = np.asarray(idx.numpy_host()).reshape(-1).astype(np.int64)[keep]
+    return sparse_rows_grad(rows, idx1, w.shape[0])
+
+
 def _bag_grad(ctx, g, _gmax):
     w, idx, offs, psw = ctx.inputs
-    a = ctx.attrs
+    a = dict(ctx.attrs)
+    sparse = a.pop("sparse", False)
     dw = dpsw = None
-    if ctx.next[0][0] is not None:
+    if ctx.next[0][0] is not None and sparse:
+        dw = _sparse_bag_grad(g, w, idx, offs, psw, a)
+    elif ctx.next[0][0] is not None:
         dw = call(EMBEDDING_BAG_BACKWARD, g, idx, offs, psw, ctx.outputs[1].detach(), num_weights=w.shape[0], **a)
     if psw is not None and ctx.next[3][0] is not None:
         dpsw = _psw_grad(g, w, idx, offs, a)
@@ -407,7 +446,7 @@ def _dt(*names, **over):
 EMBEDDING = defop(
     "embedding",
     ["weight", "input"],
-    [_PAD, Attr("scale_grad_by_freq", bool, False)],
+    [_PAD, Attr("scale_grad_by_freq", bool, False), Attr("sparse", bool, False)],
     meta=_emb_meta,
     dtypes=_dt("weight", "input", weight=ANY),
     grad=_emb_grad,
@@ -425,7 +464,7 @@ EMBEDDING_BACKWARD = defop(
 EMBEDDING_BAG = defop(
     "embedding_bag",
     ["weight", "input", "offsets", "per_sample_weights?"],
-    _BAG_ATTRS,
+    _BAG_ATTRS + [Attr("sparse", bool, False)],
     outputs=("out", "max_indices"),
     meta=_bag_meta,
     dtypes=_dt("weight", "input", "offsets", "per_sample_weights"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from flow import _dtype as D
 from flow.ops import optim as _ops
 from flow.optim._hyper import Flag, Real
+from flow.optim._sparse_grad import RowState, as_float, no_weight_decay, sparse_step
 from flow.optim.errors import OptimizerError
 from flow.optim.optimizer import Optimizer, _float
 
@@ -16,6 +17,10 @@ class SGD(Optimizer):
     kernel is one fused native multi-tensor call (``native.sgd_update_multi``) per chunk, each
     parameter updated in its own memory; vectorised NumPy over a gathered copy when the extension
     is missing. float16/bfloat16 parameters are updated in float32 (float32 momentum buffers).
+
+    Sparse gradients (``nn.Embedding(sparse=True)``), as PyTorch: without momentum only their rows
+    are updated; with momentum they are used as dense gradients (PyTorch's sparse momentum buffer
+    gives the same update); weight decay is refused with them.
 
     >>> opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
     """
@@ -43,6 +48,10 @@ class SGD(Optimizer):
             maximize=maximize,
         )
         super().__init__(params, defaults)
+
+    def step(self, closure=None):
+        """One SGD step (see :meth:`flow.optim.Optimizer.step`); sparse gradients as the class docs say."""
+        return sparse_step(self, closure, no_weight_decay("SGD"), _sparse_rows, lambda g: g["momentum"] != 0)
 
     def _check_group(self, group: dict) -> None:
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
@@ -91,6 +100,13 @@ class SGD(Optimizer):
             float(group["weight_decay"]),
             first,
         )
+
+
+def _sparse_rows(group: dict, rs: RowState) -> tuple:
+    """``p[rows] -= lr * g[rows]``: plain SGD with a coalesced sparse gradient touches only its rows."""
+    p = rs.p
+    p[rs.rows] = p[rs.rows] + (-as_float(group["lr"])) * rs.values
+    return ()
 
 
 def sgd_numpy(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step) -> None:

@@ -2,9 +2,10 @@
 
 PyTorch feeds it the sparse gradients of ``nn.Embedding(sparse=True)``: a step updates the moments and the
 parameter only at the gradient's indices, so the moments of untouched rows neither decay nor move the
-parameter. flow's embedding gradients are dense, so here a *row* (a slice along dim 0; an element for 0-d
-and 1-d parameters) takes part in a step exactly when its gradient has a nonzero entry, which is the
-pattern of PyTorch's sparse gradient except for a looked-up row whose gradient happens to be exactly zero.
+parameter. A sparse gradient (``nn.Embedding(sparse=True)``) is used as PyTorch uses it: coalesced, its rows
+take part. A dense gradient is also accepted: a *row* (a slice along dim 0; an element for 0-d and 1-d
+parameters) then takes part in a step exactly when its gradient has a nonzero entry, which is the pattern of
+PyTorch's sparse gradient except for a looked-up row whose gradient happens to be exactly zero.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import numpy as np
 
 from flow.optim._foreach import flat_update
+from flow.optim._sparse_grad import RowState, as_float, sparse_step
 from flow.optim.optimizer import Optimizer, _float
 
 
@@ -42,6 +44,11 @@ class SparseAdam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-8, maximize: bool = False) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, maximize=maximize))
+
+    def step(self, closure=None):
+        """One step (see :meth:`flow.optim.Optimizer.step`): sparse gradients update their rows, dense ones the
+        rows holding a nonzero entry."""
+        return sparse_step(self, closure, lambda group: None, _sparse_rows)
 
     def _state_names(self, group: dict) -> dict:
         return {"exp_avg": 0.0, "exp_avg_sq": 0.0}
@@ -76,3 +83,22 @@ class SparseAdam(Optimizer):
         denom = np.sqrt(v_upd + v_old) + eps
         step_size = lr * math.sqrt(1 - b2**step) / (1 - b1**step)
         p[mask] = p[mask] + (-step_size) * (numer / denom)
+
+
+def _sparse_rows(group: dict, rs: RowState) -> tuple:
+    """The update of :meth:`SparseAdam._masked` on the rows of a coalesced sparse gradient (PyTorch's order)."""
+    r, gv = rs.rows, rs.values
+    if gv.size == 0:
+        return ()
+    lr, eps = as_float(group["lr"]), float(group["eps"])
+    b1, b2 = (float(b) for b in group["betas"])
+    m, v = rs.state("exp_avg"), rs.state("exp_avg_sq")
+    m_old, v_old = m[r], v[r]
+    m_upd = (gv - m_old) * (1 - b1)
+    v_upd = (gv**2 - v_old) * (1 - b2)
+    m[r] = m_old + m_upd
+    v[r] = v_old + v_upd
+    denom = np.sqrt(v_upd + v_old) + eps
+    step_size = lr * math.sqrt(1 - b2**rs.step) / (1 - b1**rs.step)
+    rs.p[r] = rs.p[r] + (-step_size) * ((m_upd + m_old) / denom)
+    return ("exp_avg", "exp_avg_sq")

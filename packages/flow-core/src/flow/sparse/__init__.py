@@ -7,9 +7,12 @@ flow.Size([2, 4])
 
 Supported: construction (:func:`flow.sparse_coo_tensor`, :meth:`Tensor.to_sparse`), ``to_dense``,
 ``coalesce`` (repeated indices summed), ``indices`` / ``values`` / ``_nnz`` / ``sparse_dim``, :func:`mm`
-and matrix products with one sparse 2-d operand, :func:`sum`; autograd through the values (a sparse
-operand's gradient has its own pattern). Not supported: hybrid tensors (``dense_dim() > 0``), sparse @
-sparse, and every other op, which raises an error suggesting ``.to_dense()``. Unlike PyTorch, where
+and matrix products with one sparse 2-d operand, :func:`sum`, ``+`` (sparse + sparse stays sparse, with
+a dense tensor it is dense); autograd through the values (a sparse operand's gradient has its own
+pattern). Hybrid tensors (``dense_dim() > 0``, e.g. the gradient of ``nn.Embedding(sparse=True)``:
+indices ``(1, nnz)``, values ``(nnz, D)``) support construction, coalesce, to_dense, ``+`` and scaling.
+Not supported: sparse @ sparse, products and ``sum(dim)`` of hybrid tensors, and every other op, which
+raises an error suggesting ``.to_dense()``. Unlike PyTorch, where
 ``torch.mm`` (not ``torch.sparse.mm``) gives a sparse operand a dense gradient, every product here
 gives it the sparse one.
 """

@@ -1,9 +1,10 @@
 """Sparse COO tensors: :class:`SparseTensor`, a ``flow.Tensor`` whose data is a :class:`CooArray`.
 
 A COO tensor is an ``int64`` index matrix of shape ``(sparse_dim, nnz)`` (kept on the host: the
-patterns are built and coalesced with NumPy) and a 1-d dense ``values`` tensor of length ``nnz``.
-Only sparse dims are supported (``dense_dim() == 0``): hybrid tensors, whose values have trailing
-dense dims, are refused when built.
+patterns are built and coalesced with NumPy) and a dense ``values`` tensor of shape ``(nnz, *dense)``.
+Hybrid tensors (``dense_dim() > 0``: each entry a dense block, as the rows of an embedding table's
+sparse gradient) support construction, coalesce, to_dense, ``+`` and scaling; products and
+``sum(dim)`` need ``dense_dim() == 0``.
 
 ``CooArray`` is registered as an array kind (see :mod:`flow.array_kinds`): every op that reaches the
 dispatcher with a sparse input goes to :func:`_handler`, which answers matrix products with a sparse
@@ -53,7 +54,7 @@ class CooArray:
         return self.values.device
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        out = np.zeros(self.shape, dtype=self.values.numpy().dtype)
+        out = np.zeros(self.shape, dtype=self.values.numpy().dtype)  # (hybrid: whole blocks are added)
         np.add.at(out, tuple(self.indices), self.values.detach().numpy())
         return out if dtype is None else out.astype(dtype)
 
@@ -65,6 +66,12 @@ def _not_sparse_error(op: str) -> OpError:
         "(sparse tensors support matrix products with a dense operand, sum, scaling by a number, a dtype cast, "
         "coalesce and to_dense)",
     )
+
+
+def _is_sparse(t) -> bool:
+    if isinstance(t, (list, tuple)):
+        return any(_is_sparse(x) for x in t)
+    return isinstance(getattr(t, "_data", None), CooArray)
 
 
 def _handler(op, inputs: tuple, attrs: dict):
@@ -82,6 +89,17 @@ def _handler(op, inputs: tuple, attrs: dict):
                 raise OpError("matmul", f"dense @ sparse needs 2-d operands, got shapes {shapes}")
             return _ops.spmm("matmul", b.t(), a.t()).t()
         raise OpError("matmul", "sparse @ sparse is not supported; convert one operand with .to_dense()")
+    if name == "add" and len(inputs) == 2 and all(isinstance(t, Tensor) for t in inputs):
+        return _ops.add(inputs[0], inputs[1], attrs.get("alpha", 1))
+    if name.endswith("_update") and any(_is_sparse(t) for t in inputs):
+        # an optimizer's update op reached with a sparse gradient (see flow.optim): say which optimizers
+        # take one, as PyTorch's do
+        opt = str(attrs["optimizer"]).rsplit(":", 1)[-1] if "optimizer" in attrs else "this optimizer"
+        raise OpError(
+            name,
+            f"{opt} does not support sparse gradients; use SGD (without weight decay), Adagrad or SparseAdam "
+            "for parameters with sparse gradients (nn.Embedding(sparse=True)), or pass dense gradients",
+        )
     if name == "sum" and len(inputs) == 1 and not attrs.get("keepdim", False):
         return _ops.sum(inputs[0], attrs.get("dim"))
     if name == "mul" and len(inputs) == 2:
@@ -128,7 +146,7 @@ class SparseTensor(Tensor):
         return self._data.indices.shape[0]
 
     def dense_dim(self) -> int:
-        return 0
+        return self._data.values.ndim - 1
 
     def _nnz(self) -> int:
         return self._data.indices.shape[1]
@@ -177,8 +195,8 @@ class SparseTensor(Tensor):
 
     def t(self) -> "SparseTensor":
         """The transpose of a 2-d sparse tensor (its index rows swapped)."""
-        if self.ndim != 2:
-            raise OpError("t", f"expects a 2-d sparse tensor, got {self.ndim}-d")
+        if self.ndim != 2 or self.dense_dim():
+            raise OpError("t", f"expects a 2-d sparse tensor with two sparse dims, got shape {tuple(self.shape)}")
         d = self._data
         return SparseTensor._from_parts(d.indices[::-1].copy(), d.values, d.shape[::-1], False)
 
@@ -218,9 +236,10 @@ class SparseTensor(Tensor):
         # respect to that element, on the coalesced pattern (each copy's value gradient is the same)
         from flow._creation import tensor
 
-        lin = np.ravel_multi_index(tuple(d.indices), d.shape) if d.indices.shape[0] else np.zeros(0, np.int64)
+        sshape = d.shape[: d.indices.shape[0]]
+        lin = np.ravel_multi_index(tuple(d.indices), sshape) if d.indices.shape[0] else np.zeros(0, np.int64)
         uniq, first = np.unique(lin, return_index=True)
-        idx = np.stack(np.unravel_index(uniq, d.shape)).astype(np.int64).reshape(len(d.shape), len(uniq))
+        idx = np.stack(np.unravel_index(uniq, sshape)).astype(np.int64).reshape(len(sshape), len(uniq))
         picked = g.index_select(0, tensor(first.astype(np.int64), dtype=D.int64, device=g.device))
         return SparseTensor._from_parts(idx, picked, d.shape, True)
 
@@ -251,4 +270,6 @@ class SparseTensor(Tensor):
     __str__ = __repr__
 
 
+# the autograd engine wraps a gradient it stores in ``.grad`` in this class (a sparse gradient stays sparse)
+CooArray.tensor_class = SparseTensor
 register_array_kind(CooArray, _handler)

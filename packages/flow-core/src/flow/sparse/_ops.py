@@ -76,29 +76,27 @@ def sparse_coo_tensor(
         values = values.to(dtype)
     if device is not None and values.device != C.tensor(0, device=device).device:
         values = values.to(device)
-    if values.ndim != 1:
-        raise OpError(
-            op,
-            f"values must be 1-d (nnz,), got shape {tuple(values.shape)}; hybrid sparse tensors (dense_dim > 0) "
-            "are not supported",
-        )
+    if values.ndim == 0:
+        raise OpError(op, "values must be at least 1-d (nnz, *dense_dims), got a 0-d tensor")
+    dense = tuple(values.shape[1:])  # a hybrid tensor: each entry holds a dense block of this shape
     nnz = idx.shape[1]
     if values.shape[0] != nnz:
         raise OpError(op, f"indices have {nnz} entries but values have {values.shape[0]}")
     if nnz and idx.min() < 0:
         raise OpIndexError(op, f"indices must be non-negative, found {int(idx.min())}")
     if size is None:
-        shape = tuple(int(m) + 1 for m in idx.max(axis=1)) if nnz else (0,) * idx.shape[0]
+        shape = (tuple(int(m) + 1 for m in idx.max(axis=1)) if nnz else (0,) * idx.shape[0]) + dense
     else:
         shape = tuple(size)
         if not all(isinstance(s, numbers.Integral) and s >= 0 for s in shape):
             raise OpTypeError(op, f"size must be non-negative integers, got {size!r}")
         shape = tuple(int(s) for s in shape)
-        if len(shape) != idx.shape[0]:
+        if len(shape) != idx.shape[0] + len(dense) or shape[idx.shape[0] :] != dense:
             raise OpError(
                 op,
-                f"size {shape} has {len(shape)} dims but indices have sparse_dim {idx.shape[0]}; hybrid sparse "
-                "tensors (dense_dim > 0) are not supported",
+                f"size {shape} does not fit indices with sparse_dim {idx.shape[0]} and values of shape "
+                f"{tuple(values.shape)} (a hybrid tensor's size is its {idx.shape[0]} sparse dims followed by the "
+                f"dense dims {dense} of values)",
             )
         if nnz:
             top = idx.max(axis=1)
@@ -121,7 +119,7 @@ def _check_sparse(op: str, x: Any) -> SparseTensor:
 
 
 def _segment_sum(values: Tensor, inverse: np.ndarray, n: int) -> Tensor:
-    out = C.zeros(n, dtype=values.dtype, device=values.device)
+    out = C.zeros(n, *values.shape[1:], dtype=values.dtype, device=values.device)
     return out.index_add(0, _index_tensor(inverse, values), values)
 
 
@@ -131,18 +129,21 @@ def coalesce(s: SparseTensor) -> SparseTensor:
     d = s._data
     if d.coalesced:
         return s
-    lin = _linear(d.indices, d.shape)
+    sshape = d.shape[: d.indices.shape[0]]
+    lin = _linear(d.indices, sshape)
     uniq, inverse = np.unique(lin, return_inverse=True)
-    idx = np.stack(np.unravel_index(uniq, d.shape)).astype(np.int64).reshape(len(d.shape), len(uniq))
+    idx = np.stack(np.unravel_index(uniq, sshape)).astype(np.int64).reshape(len(sshape), len(uniq))
     return SparseTensor._from_parts(idx, _segment_sum(d.values, inverse.reshape(-1), len(uniq)), d.shape, True)
 
 
 def to_dense(s: SparseTensor) -> Tensor:
     """The dense tensor of ``s`` (repeated indices summed); differentiable in the values."""
     d = _check_sparse("to_dense", s)._data
-    n = int(np.prod(d.shape, dtype=np.int64))
-    flat = C.zeros(n, dtype=d.values.dtype, device=d.values.device)
-    flat = flat.index_add(0, _index_tensor(_linear(d.indices, d.shape), d.values), d.values)
+    sshape = d.shape[: d.indices.shape[0]]
+    n = int(np.prod(sshape, dtype=np.int64))
+    # one row of the flat result per sparse position: a hybrid tensor's dense blocks are added whole
+    flat = C.zeros(n, *d.shape[len(sshape) :], dtype=d.values.dtype, device=d.values.device)
+    flat = flat.index_add(0, _index_tensor(_linear(d.indices, sshape), d.values), d.values)
     return flat.reshape(d.shape)
 
 
@@ -191,6 +192,8 @@ def sum(input: SparseTensor, dim: Any = None, dtype: D.dtype | None = None) -> T
     values = d.values if dtype is None else d.values.to(dtype)
     if dim is None:
         return values.sum()
+    if d.values.ndim > 1:
+        raise OpError("sparse.sum", "summing over dims of a hybrid sparse tensor (dense_dim > 0) is not supported")
     dims = _dims("sparse.sum", dim, len(d.shape))
     keep = [k for k in range(len(d.shape)) if k not in dims]
     if not keep:
@@ -213,8 +216,8 @@ def spmm(op: str, s: SparseTensor, dense: Tensor) -> Tensor:
         raise OpError(op, "sparse @ sparse is not supported; convert one operand with .to_dense()")
     if not isinstance(dense, Tensor):
         raise OpTypeError(op, f"the dense operand must be a Tensor, got {type(dense).__name__}")
-    if s.ndim != 2:
-        raise OpError(op, f"the sparse operand must be 2-d, got shape {tuple(s.shape)}")
+    if s.ndim != 2 or s.dense_dim():
+        raise OpError(op, f"the sparse operand must be 2-d with two sparse dims, got shape {tuple(s.shape)}")
     vec = dense.ndim == 1
     if dense.ndim not in (1, 2):
         raise OpError(op, f"the dense operand must be 1-d or 2-d, got shape {tuple(dense.shape)}")
@@ -246,3 +249,46 @@ def mm(mat1: SparseTensor, mat2: Tensor) -> Tensor:
     if not isinstance(mat1, SparseTensor) and isinstance(mat2, SparseTensor):
         return spmm("sparse.mm", mat2.t(), mat1.t()).t()
     return spmm("sparse.mm", mat1, mat2)
+
+
+def add(a: Any, b: Any, alpha: Any = 1) -> Tensor:
+    """``a + alpha * b`` with a sparse operand: two sparse tensors give a sparse one (their entries
+    concatenated, uncoalesced, as PyTorch's); a sparse and a dense tensor give a dense one.
+
+    This is how the gradients of two lookups in one table add up in ``.grad``.
+
+    >>> a = flow.sparse_coo_tensor([[0, 2]], flow.ones(2, 3), (4, 3))
+    >>> (a + a).coalesce().values().tolist()
+    [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
+    """
+    sa, sb = isinstance(a, SparseTensor), isinstance(b, SparseTensor)
+    if not (sa or sb):
+        raise OpTypeError("add", "expected at least one sparse COO tensor")
+    if sa and sb:
+        da, db = a._data, b._data
+        if da.shape != db.shape or da.indices.shape[0] != db.indices.shape[0]:
+            raise OpError(
+                "add",
+                f"sparse tensors of shapes {da.shape} and {db.shape} (sparse_dim {da.indices.shape[0]} and "
+                f"{db.indices.shape[0]}) cannot be added",
+            )
+        if da.values.dtype != db.values.dtype:
+            raise OpTypeError("add", f"sparse operands must have the same dtype, got {a.dtype} and {b.dtype}")
+        vb = db.values if isinstance(alpha, numbers.Number) and alpha == 1 else db.values * alpha
+        from flow import cat
+
+        idx = np.concatenate([da.indices, db.indices], axis=1)
+        return SparseTensor._from_parts(idx, cat([da.values, vb]), da.shape, False)
+    dense_a = to_dense(a) if sa else a
+    dense_b = to_dense(b) if sb else b
+    if not isinstance(dense_a, Tensor) or not isinstance(dense_b, Tensor) or dense_a.shape != dense_b.shape:
+        raise OpError(
+            "add",
+            f"a sparse tensor can be added to a sparse or dense tensor of its own shape only, got {_desc(a)} and "
+            f"{_desc(b)}; convert with .to_dense() first",
+        )
+    return dense_a + dense_b if isinstance(alpha, numbers.Number) and alpha == 1 else dense_a + dense_b * alpha
+
+
+def _desc(x: Any) -> str:
+    return f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__

@@ -71,7 +71,8 @@ def embedding(
     """Rows of ``weight`` at the indices in ``input``; ``padding_idx``'s row gets no gradient.
 
     ``max_norm`` renormalises the looked-up rows of ``weight`` in place first (as PyTorch);
-    ``scale_grad_by_freq`` divides each row's gradient by its frequency in ``input``.
+    ``scale_grad_by_freq`` divides each row's gradient by its frequency in ``input``. ``sparse=True``
+    makes ``weight``'s gradient a hybrid sparse COO tensor holding one row per lookup (uncoalesced).
     """
     _tensor("embedding", "input", input)
     _tensor("embedding", "weight", weight)
@@ -80,9 +81,13 @@ def embedding(
             "embedding", f"'weight' must be 2-d (num_embeddings, embedding_dim), got shape {tuple(weight.shape)}"
         )
     pad = _padding("embedding", padding_idx, weight.shape[0])
+    if sparse and scale_grad_by_freq:  # PyTorch refuses it too (in the backward)
+        raise OpError("embedding", "scale_grad_by_freq is not supported with sparse gradients (sparse=True)")
     if max_norm is not None:
         _renorm_("embedding", weight, input, max_norm, norm_type)
-    return call(_S.EMBEDDING, weight, input, padding_idx=pad, scale_grad_by_freq=bool(scale_grad_by_freq))
+    return call(
+        _S.EMBEDDING, weight, input, padding_idx=pad, scale_grad_by_freq=bool(scale_grad_by_freq), sparse=bool(sparse)
+    )
 
 
 def embedding_bag(
@@ -103,7 +108,8 @@ def embedding_bag(
     ``input`` is 2-d (fixed-length bags, ``offsets`` None) or 1-d with ``offsets`` giving each bag's start
     (``include_last_offset``: one more offset, the end of the last bag). ``per_sample_weights``
     (mode 'sum' only) weighs each index; ``padding_idx`` entries are left out of their bag (and of the
-    'mean' count). Empty bags give zeros.
+    'mean' count). Empty bags give zeros. ``sparse=True`` (modes 'sum' and 'mean') makes ``weight``'s
+    gradient a hybrid sparse COO tensor with one row per index taking part.
     """
     import flow
 
@@ -118,6 +124,8 @@ def embedding_bag(
         raise OpError(op, "scale_grad_by_freq is not supported")
     if per_sample_weights is not None and mode != "sum":
         raise OpError(op, f"'per_sample_weights' is only supported for mode='sum', got mode={mode!r}")
+    if sparse and mode == "max":
+        raise OpError(op, "mode='max' does not support sparse gradients (sparse=True), as in PyTorch")
     if input.ndim == 2:
         if offsets is not None:
             raise OpError(op, "'offsets' must be None when 'input' is 2-d (each row is a bag)")
@@ -146,5 +154,6 @@ def embedding_bag(
         mode=mode,
         padding_idx=pad,
         include_last_offset=bool(include_last_offset),
+        sparse=bool(sparse),
     )
     return out

@@ -18,6 +18,8 @@ def _grads(parameters) -> list[Tensor]:
 
 
 def _vector_norm(t: Tensor, norm_type: float) -> Tensor:
+    if t.is_sparse:  # a sparse gradient's norm is that of its coalesced values (repeated rows summed first)
+        t = t.coalesce()._values()
     t = t.detach()
     if norm_type == math.inf:
         return t.abs().max()
@@ -67,7 +69,8 @@ def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor, forea
     with no_grad():
         coef = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
         for g in grads:
-            g.mul_(coef.to(dtype=g.dtype, device=g.device))
+            # a sparse gradient is scaled through its values (every stored entry, repeats included)
+            (g._values() if g.is_sparse else g).mul_(coef.to(dtype=g.dtype, device=g.device))
 
 
 def clip_grad_norm_(
