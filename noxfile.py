@@ -260,18 +260,20 @@ ECOSYSTEM_TESTS = {
 ECOSYSTEM_EXTRAS = "test,onnx,tensorboard"
 
 
-@nox.session
+@nox.session(venv_backend="virtualenv")  # pip, for torch as in parity
 def ecosystem(session: nox.Session) -> None:
     """The ecosystem tools' tests with flow-core's ``onnx`` and ``tensorboard`` extras installed (onnx,
-    onnxruntime, tensorboard, Pillow), which the other sessions leave out so that they stay lean.
-    The graph-picture tests also need graphviz's ``dot`` (a system package; .ci/run installs it where
-    it can, and they skip without it)."""
+    onnxruntime, tensorboard, Pillow), which the other sessions leave out so that they stay lean, and
+    torch for the comparisons with its exporter, profiler, SummaryWriter and DLPack. The
+    graph-picture tests also need graphviz's ``dot`` (a system package; .ci/run installs it where it
+    can, and they skip without it)."""
     models = ROOT / "packages" / "flow-models"
     wheel = core_wheel(session)
     deps = [requirement(d) for d in local_dependencies(models)]
     models_req = f"./{models.relative_to(ROOT).as_posix()}[test,tensorboard]"
     session.install(f"{CORE}[{ECOSYSTEM_EXTRAS}] @ {wheel.as_uri()}", models_req, *deps, "pytest")
-    session.run("python", "-c", "import onnx, onnxruntime, tensorboard, PIL")  # fail early if an extra is missing
+    session.run("python", "-m", "pip", "install", "--quiet", "--only-binary", "torch", "torch==2.13.0")
+    session.run("python", "-c", "import onnx, onnxruntime, tensorboard, PIL, torch")  # fail early if one is missing
     for package, files in ECOSYSTEM_TESTS.items():
         with session.chdir(ROOT / "packages" / package):
             session.run("pytest", *files, "-q", *session.posargs)
