@@ -87,7 +87,7 @@ def apply_inplace(self, result, op: str):
             f"{op}: in-place modification of a view that takes part in autograd is not supported on "
             f"'{self.device}' ({type(self._data).__name__} arrays); use the out-of-place op or .clone() the view"
         )
-    if via_base:
+    if via_base and not base._requires_grad:  # else check_inplace_allowed has checked it
         check_view_writable(self, op)
     if node is not None and isinstance(node.saved_in, tuple):
         saved = list(node.saved_in)

@@ -141,8 +141,7 @@ def rebase_view_write(view, new, op: str) -> None:
     from flow._creation import zeros
 
     base = view._base
-    pos = view_positions(view, op)
-    _check_writable(pos, op)
+    pos = view_positions(view, op)  # writability was checked before the write (check_view_writable)
     if new is None:
         new = zeros(())  # a constant: no history to pass a gradient to
     if base._requires_grad or new._requires_grad:
