@@ -167,7 +167,6 @@ from flow._legacy_types import (  # noqa: E402
     ShortTensor,
 )
 from flow._memory_format import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format  # noqa: E402
-from flow._methods.aliases import install as _install_alias_methods  # noqa: E402
 from flow._threads import get_num_interop_threads, get_num_threads, set_num_interop_threads, set_num_threads  # noqa: E402
 from flow._typeinfo import finfo, get_device, iinfo, is_complex, is_floating_point, is_nonzero  # noqa: E402
 from flow.backends import cuda as _backends_cuda  # noqa: E402,F401  (imported so that flow.backends.* exist)
@@ -175,8 +174,6 @@ from flow.backends import cudnn as _backends_cudnn  # noqa: E402,F401
 from flow.backends import mkldnn as _backends_mkldnn  # noqa: E402,F401
 from flow.backends import mps as _backends_mps  # noqa: E402,F401
 from flow.backends import openmp as _backends_openmp  # noqa: E402,F401
-
-_install_alias_methods(Tensor)  # last, so that every dedicated method wins over its alias
 
 __version__ = "0.1.0"
 

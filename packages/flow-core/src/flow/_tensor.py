@@ -12,6 +12,7 @@ import numpy as np
 from flow import _dtype as D
 from flow._device import CPU, device
 from flow._dispatch import _KINDS
+from flow._methods.aliases import AliasedMethods
 from flow._methods.autograd import AutogradMethods
 from flow._methods.compat import CompatMethods
 from flow._methods.conversion import ConversionMethods
@@ -55,6 +56,7 @@ class Tensor(
     LinalgDecompMethods,
     SparseLayoutMethods,
     DLPackMethods,
+    AliasedMethods,  # last: every dedicated method wins over its alias
 ):
     """A multi-dimensional array on a device, with autograd.
 

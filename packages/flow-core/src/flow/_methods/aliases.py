@@ -4,7 +4,8 @@
 Aliases call the method they stand for, looked up when called, so a later, dedicated implementation
 of the target is what runs. In-place twins compute the out-of-place method and write the result
 with :func:`flow.ops.inplace.inplace_call`, as the hand-written in-place composites do (autograd
-rebasing, version counter, the dtype check). :func:`install` adds only the names Tensor lacks.
+rebasing, version counter, the dtype check). :class:`AliasedMethods` holds them all and is the last
+of Tensor's bases, so a method any other mixin (or Tensor itself) defines wins over its alias.
 """
 
 from __future__ import annotations
@@ -229,15 +230,5 @@ def methods() -> dict[str, object]:
     return out
 
 
-def install(cls: type) -> list[str]:
-    """Give ``cls`` (flow.Tensor) the methods above that it does not have yet; return their names.
-
-    A stand-in for listing the mixin among Tensor's bases in ``flow._tensor``: it never replaces
-    a method another mixin already provides.
-    """
-    added = []
-    for name, fn in methods().items():
-        if not hasattr(cls, name):
-            setattr(cls, name, fn)
-            added.append(name)
-    return added
+# the mixin, generated from the tables above; last among Tensor's bases (see flow._tensor)
+AliasedMethods = type("AliasedMethods", (), {"__slots__": (), "__module__": __name__, **methods()})
