@@ -70,7 +70,7 @@ class _StateSlot:
             buf = b.state(self.name, self.fill)
         if buf is not self._buf:
             o, n = int(b.offsets[self.i]), int(b.numels[self.i])
-            self._view = buf[o : o + n].reshape(b.shapes[self.i])
+            self._view = buf[o : o + n].reshape(b.local_shapes[self.i])  # the local piece of a global parameter
             self._buf = buf
         return self._view
 

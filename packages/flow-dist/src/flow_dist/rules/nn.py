@@ -3,6 +3,8 @@
 - Losses (cross_entropy, nll_loss) split the batch: ``reduction="none"`` keeps the split, ``"sum"``
   leaves partial sums, ``"mean"`` the local sum divided by the count over the whole batch (the
   non-ignored targets, or their weights), so that the result is the single-process mean.
+  Cross-entropy with the classes split (vocabulary parallel logits) exchanges per-row
+  log-sum-exps instead of the logits (:mod:`flow_dist.rules.vocab_loss`).
 - layer_norm normalises the trailing dims: any split of a leading dim passes through; its
   backward leaves partial weight and bias gradients.
 - embedding: ids split (weight broadcast) gives the same split; weight split on the embedding dim
@@ -15,6 +17,7 @@
 
 from __future__ import annotations
 
+from flow_dist.rules import vocab_loss
 from flow_dist.rules.base import B, P, RuleContext, S, Sig, same_layout
 
 
@@ -86,15 +89,23 @@ def _batch_loss(ctx: RuleContext, backward: bool) -> list:
         ins_b = (B, B, B, _opt(ctx, 3, B))
         weight_slot = 3
     sigs = [Sig(ins_b, (B,))]
+    # cross-entropy's batch-split local function also takes the vocabulary-parallel path when
+    # another placement axis splits the classes (the handler runs one local function for all axes)
+    wrap = (lambda f: vocab_loss.dispatch(f, backward)) if name.startswith("cross_entropy") else (lambda f: f)
     if backward:
         local = _loss_mean(weight_slot, True) if red == "mean" else None
-        sigs.append(Sig(ins_split, (S(0),), local=local, note="the batch split; mean over the whole batch"))
+        sigs.append(Sig(ins_split, (S(0),), local=wrap(local), note="the batch split; mean over the whole batch"))
     elif red == "none":
-        sigs.append(Sig(ins_split, (S(0),)))
+        sigs.append(Sig(ins_split, (S(0),), local=wrap(None)))
     elif red == "sum":
-        sigs.append(Sig(ins_split, (P,)))
+        sigs.append(Sig(ins_split, (P,), local=wrap(None)))
     else:
-        sigs.append(Sig(ins_split, (P,), local=_loss_mean(weight_slot, False), note="local sum / global count"))
+        local = wrap(_loss_mean(weight_slot, False))
+        sigs.append(Sig(ins_split, (P,), local=local, note="local sum / global count"))
+    if name == "cross_entropy":
+        sigs.extend(vocab_loss.forward_sigs(ctx))
+    elif name == "cross_entropy_backward":
+        sigs.extend(vocab_loss.backward_sigs(ctx))
     return sigs
 
 

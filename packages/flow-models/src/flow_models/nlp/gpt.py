@@ -120,6 +120,8 @@ class GPT(ZooModel):
         if T > self.config.block_size:
             raise ValueError(f"GPT: sequence of length {T} is longer than block_size {self.config.block_size}")
         pos = flow.arange(T, dtype=flow.int64, device=idx.device)
+        if idx.is_global:  # the same positions on every rank of a global batch
+            pos = pos.to_global(idx.placement, tuple(flow.sbp.broadcast for _ in idx.sbp))
         tr = self.transformer
         x = tr.drop(tr.wte(idx) + tr.wpe(pos))
         for block in tr.h:
