@@ -70,7 +70,7 @@ def flow_register_api(registry) -> None:
 
     from flow import array_kinds
     from flow.graph.tracer import register_library_dir
-    from flow_dist import api, checkpoint, comm, env, sbp, torch_api
+    from flow_dist import api, checkpoint, comm, dcp, env, sbp, torch_api
     from flow_dist.ddp import DistributedDataParallel
     from flow_dist.global_array import GlobalArray
     from flow_dist.handler import global_handler
@@ -88,6 +88,7 @@ def flow_register_api(registry) -> None:
     registry.register_api("global_load", checkpoint.global_load)
     registry.register_api("nn.parallel.DistributedDataParallel", DistributedDataParallel)
     registry.register_api("distributed.impl", torch_api)  # what flow.distributed (torch's API) runs on
+    registry.register_api("distributed.checkpoint", dcp)  # flow.distributed.checkpoint runs on it
     array_kinds.register_array_kind(GlobalArray, global_handler)
     register_library_dir(os.path.dirname(os.path.abspath(__file__)))  # graph nodes name the user's lines
     if env.get_world_size() > 1:

@@ -29,6 +29,7 @@ other names still import.
 
 from __future__ import annotations
 
+from flow.distributed import checkpoint  # noqa: F401  (flow.distributed.checkpoint: sharded checkpoints)
 from flow.distributed._collectives import (
     all_gather,
     all_gather_into_tensor,
