@@ -1,0 +1,39 @@
+"""Cost model and simulator: predict the step time and memory of a training step on a cluster.
+
+* :mod:`.cost`: FLOPs and bytes per op of a traced step (a formula table, a generic fallback);
+* :mod:`.devices`: device profiles (this CPU measured once and cached, an H200);
+* :mod:`.cluster` and :mod:`.collectives`: a topology and alpha-beta times of the collectives;
+* :mod:`.workload`: a model + input spec traced into per-layer costs;
+* :mod:`.simulate`: ``simulate(workload, cluster, Strategy(dp, tp, pp, micro_batches, zero_stage))``;
+* ``python -m flow_dist.plan``: the best strategy per cluster size for a zoo model.
+
+See ``docs/scaling.md``.
+"""
+
+from flow_dist.plan.cluster import Cluster
+from flow_dist.plan.collectives import Link
+from flow_dist.plan.cost import OpCost, StepCost, op_cost, step_cost
+from flow_dist.plan.devices import CPU_PROFILE_ENV, H200, DeviceProfile, cpu_profile
+from flow_dist.plan.simulate import Report, Strategy, search, simulate
+from flow_dist.plan.workload import Workload, gpt_workload, trace_step, workload_from_ir
+
+__all__ = [
+    "CPU_PROFILE_ENV",
+    "Cluster",
+    "DeviceProfile",
+    "H200",
+    "Link",
+    "OpCost",
+    "Report",
+    "StepCost",
+    "Strategy",
+    "Workload",
+    "cpu_profile",
+    "gpt_workload",
+    "op_cost",
+    "search",
+    "simulate",
+    "step_cost",
+    "trace_step",
+    "workload_from_ir",
+]

@@ -1,0 +1,138 @@
+"""Device profiles: peak compute, memory bandwidth and memory, with the efficiency reached in practice.
+
+``H200``: NVIDIA's data sheet figures (989 TFLOP/s dense BF16 for the SXM part is the headline;
+we use the 790 TFLOP/s dense figure of the 700 W configuration as peak) times the efficiency a
+well-tuned transformer step reaches (about 45% model FLOPs utilisation for matmuls and 80% of
+the HBM bandwidth, the figures Megatron-LM reports on H100-class parts). ``cpu_profile()``
+measures this machine once (float64 GEMMs and a large copy) and caches the figures in
+``~/.cache/flow/plan/cpu.json``; ``FLOW_PLAN_CPU_PROFILE`` overrides it (a JSON file path, or
+``"GFLOPS,GBPS"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+CPU_PROFILE_ENV = "FLOW_PLAN_CPU_PROFILE"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One accelerator (or CPU process): ``flops`` peak FLOP/s, ``mem_bandwidth`` bytes/s, ``memory`` bytes;
+    ``flops_efficiency`` and ``bw_efficiency`` the fractions of peak a real step reaches."""
+
+    name: str
+    flops: float
+    mem_bandwidth: float
+    memory: float = float("inf")
+    flops_efficiency: float = 1.0
+    bw_efficiency: float = 1.0
+    dtype_bytes: int = 4
+    fuses_elementwise: bool = True  # a GPU kernel makes one pass; NumPy one per elementary operation
+
+    def __post_init__(self) -> None:
+        for what in ("flops", "mem_bandwidth", "memory"):
+            if not getattr(self, what) > 0:
+                raise ValueError(f"DeviceProfile {self.name!r}: {what} must be > 0, got {getattr(self, what)}")
+        for what in ("flops_efficiency", "bw_efficiency"):
+            if not 0 < getattr(self, what) <= 1:
+                raise ValueError(f"DeviceProfile {self.name!r}: {what} must be in (0, 1], got {getattr(self, what)}")
+
+    @property
+    def effective_flops(self) -> float:
+        return self.flops * self.flops_efficiency
+
+    @property
+    def effective_bandwidth(self) -> float:
+        return self.mem_bandwidth * self.bw_efficiency
+
+
+H200 = DeviceProfile(
+    "H200",
+    flops=790e12,
+    mem_bandwidth=4.3e12,
+    memory=141e9,
+    flops_efficiency=0.45,
+    bw_efficiency=0.8,
+    dtype_bytes=2,
+)
+# H200 links: NVLink 4 (900 GB/s per GPU, both directions together: 450 GB/s each way) and one
+# 400 Gb/s InfiniBand NIC per GPU; latencies are NCCL's typical per-hop figures
+NVLINK_BW = 450e9
+NVLINK_ALPHA = 3e-6
+IB_BW = 400e9 / 8
+IB_ALPHA = 8e-6
+
+
+def _cache_path() -> str:
+    base = os.environ.get("FLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flow")
+    return os.path.join(base, "plan", "cpu.json")
+
+
+def measure_cpu(seconds: float = 0.5) -> DeviceProfile:
+    """Measure this process's float64 GEMM rate and copy bandwidth: medians of repeats, since on a
+    shared machine the typical rate (not the best one) is what a training step sees."""
+    # a mix of square and tall-skinny products (tokens x features), as a transformer layer runs them:
+    # BLAS reaches a lower rate on the skinny ones than on a square GEMM
+    flops = gemm = 0.0
+    for m, k, n in ((256, 256, 256), (1024, 128, 384), (1024, 512, 128)):
+        a, b = np.random.rand(m, k), np.random.rand(k, n)
+        a @ b  # warm up BLAS
+        gemm += _repeat(lambda a=a, b=b: a @ b, seconds / 6)
+        flops += 2.0 * m * k * n
+    src = np.ones(8 << 20, dtype=np.float64)  # 64 MiB: well past the caches
+    dst = np.empty_like(src)
+    copy = _repeat(lambda: np.copyto(dst, src), seconds / 2)
+    return DeviceProfile(
+        "cpu",
+        flops=flops / gemm,
+        mem_bandwidth=2.0 * src.nbytes / copy,
+        dtype_bytes=8,
+        fuses_elementwise=False,
+    )
+
+
+def _repeat(fn, seconds: float) -> float:
+    times: list = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < 3:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def cpu_profile(refresh: bool = False) -> DeviceProfile:
+    """This CPU's profile: ``FLOW_PLAN_CPU_PROFILE`` if set, else the cached measurement, else measured now."""
+    env = os.environ.get(CPU_PROFILE_ENV)
+    if env:
+        if os.path.isfile(env):
+            with open(env) as f:
+                return DeviceProfile(**json.load(f))
+        try:
+            gflops, gbps = (float(x) for x in env.split(","))
+        except ValueError:
+            raise ValueError(
+                f"{CPU_PROFILE_ENV}={env!r}: expected a JSON file or 'GFLOPS,GBPS' (e.g. '20,8')"
+            ) from None
+        return DeviceProfile("cpu", gflops * 1e9, gbps * 1e9, dtype_bytes=8, fuses_elementwise=False)
+    path = _cache_path()
+    if not refresh and os.path.isfile(path):
+        try:
+            with open(path) as f:
+                return DeviceProfile(**json.load(f))
+        except (ValueError, TypeError):
+            pass  # a stale or corrupt cache: measure again
+    prof = measure_cpu()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(asdict(prof), f)
+    except OSError:
+        pass  # a read-only home: use the measurement without caching it
+    return prof

@@ -1,0 +1,302 @@
+"""flow_dist.plan: op cost formulas, alpha-beta collectives, simulate() invariants and the CLI (one process)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import flow
+from flow_dist.plan import Cluster, DeviceProfile, Link, Strategy, gpt_workload, search, simulate, step_cost, trace_step
+from flow_dist.plan import devices as D
+from flow_dist.plan.collectives import collective_time, fit_alpha_beta, hierarchical_time
+from flow_dist.plan.cost import op_cost
+
+nn, F = flow.nn, flow.nn.functional
+TINY = dict(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32)
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt():
+    from flow_models.nlp.gpt import GPTConfig
+
+    return gpt_workload(GPTConfig(**TINY), trace_layers=2)
+
+
+def _linear_step(batch=6, fin=8, fout=4):
+    flow.manual_seed(0)
+    m = nn.Linear(fin, fout)
+    opt = flow.optim.Adam(m.parameters(), lr=1e-3)
+    x, y = flow.randn(batch, fin), flow.randint(0, fout, (batch,))
+    return trace_step(m, (x,), y, F.cross_entropy, opt)
+
+
+# -- cost formulas -------------------------------------------------------------------------------
+def test_linear_backward_and_adam_against_hand_counts():
+    b, fin, fout = 6, 8, 4
+    ir = _linear_step(b, fin, fout)
+    costs = [op_cost(nd) for nd in ir.nodes]
+    lin = [c for c in costs if c.name == "linear"]
+    assert len(lin) == 1 and lin[0].flops == 2 * b * fin * fout + b * fout  # multiply-adds, then the bias
+    assert lin[0].bytes == 4 * (b * fin + fout * fin + fout + b * fout)  # float32 x, W, bias, out
+    bwd = [c for c in costs if c.name == "matmul" and c.phase == "backward"]
+    # the weight gradient g^T x (b contracted); the input's gradient is not needed (x is an input)
+    assert sum(c.flops for c in bwd) == 2 * b * fin * fout * len(bwd)
+    adam = [c for c in costs if c.rule == "optimizer"]
+    n = fin * fout + fout
+    assert sum(c.flops for c in adam) == 12 * n and sum(c.bytes for c in adam) == 7 * 4 * n
+
+
+def test_conv_and_pool_formulas():
+    flow.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(5 * 4 * 4, 2))
+    opt = flow.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    ir = trace_step(m, (flow.randn(2, 3, 8, 8),), flow.randint(0, 2, (2,)), F.cross_entropy, opt)
+    by = {}
+    for nd in ir.nodes:
+        by.setdefault(nd.name, []).append(op_cost(nd))
+    conv = 2 * (2 * 5 * 8 * 8) * (3 * 3 * 3)  # 2 * output elements * (C_in * kh * kw)
+    assert [c.flops for c in by["conv2d"]] == [conv]
+    assert [c.flops for c in by["conv2d_backward_weight"]] == [conv]  # as large as forward
+    assert "conv2d_backward_input" not in by  # the image needs no gradient
+    assert [c.flops for c in by["max_pool2d"]] == [2 * 5 * 8 * 8 * 4]  # each input element compared once
+    assert sum(c.flops for c in by["sgd_update"]) == 4 * sum(p.numel() for p in m.parameters())
+
+
+def test_views_cost_nothing_and_unknown_ops_fall_back_to_io_bytes():
+    ir = _linear_step()
+    for nd in ir.nodes:
+        c = op_cost(nd)
+        if nd.name in ("reshape", "permute"):
+            assert c.flops == 0 and c.bytes == 0 and c.rule == "view"
+
+    class Fake:  # a node of an op no formula knows
+        name = "mystery_op"
+        tags = {"phase": "forward"}
+        scope = ""
+        attrs: dict = {}
+        op = None
+
+        def __init__(self, ins, outs):
+            self.inputs, self.outputs = ins, outs
+
+        def input_values(self):
+            return iter(self.inputs)
+
+    v = next(iter(ir.nodes)).outputs[0]
+    c = op_cost(Fake([v, v], [v]))
+    item = v.numel() * 4
+    assert c.rule == "generic" and c.bytes == 3 * item and c.flops == v.numel()
+    with pytest.raises(TypeError, match="GraphIR"):
+        step_cost([1, 2])
+
+
+def _no_generic(ir):
+    sc = step_cost(ir)
+    assert len(sc.ops) == len(ir.nodes) and all(c.flops >= 0 and c.bytes >= 0 for c in sc.ops)
+    assert sc.generic() == [], sc.generic()  # every op of the step has a formula
+    return sc
+
+
+def test_every_op_of_gpt_mlp_and_resnet_steps_has_a_formula(tiny_gpt):
+    import os
+    import sys
+
+    from flow_models.vision.resnet import ResNet, ResNetConfig
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks"))
+    from models import make_mlp
+
+    mlp = make_mlp(nn, F)
+    ir = trace_step(
+        mlp, (flow.randn(4, 784),), flow.randint(0, 10, (4,)), F.cross_entropy, flow.optim.SGD(mlp.parameters(), lr=0.1)
+    )
+    sc = _no_generic(ir)
+    # forward 2*b*(784*1024 + 1024*1024 + 1024*10) plus the bias adds, the weight gradients as much
+    # again, the input gradients of the two upper layers
+    w = 784 * 1024 + 1024 * 1024 + 1024 * 10
+    fwd = sum(c.flops for c in sc.ops if c.rule == "contraction" and c.phase == "forward")
+    assert fwd == 2 * 4 * w + 4 * (1024 + 1024 + 10)
+    res = ResNet(ResNetConfig(num_classes=10, layers=(1, 1, 1, 1), width=8))
+    opt = flow.optim.SGD(res.parameters(), lr=0.1, momentum=0.9)
+    _no_generic(trace_step(res, (flow.randn(2, 3, 32, 32),), flow.randint(0, 10, (2,)), F.cross_entropy, opt))
+    assert tiny_gpt.layer and tiny_gpt.rest and tiny_gpt.optimizer
+    assert all(c.rule != "generic" for c in tiny_gpt.layer + tiny_gpt.rest + tiny_gpt.optimizer)
+
+
+def test_gpt_step_flops_match_the_6nd_rule_plus_attention(tiny_gpt):
+    w, cfg = tiny_gpt, TINY
+    assert w.params == sum(
+        [cfg["vocab_size"] * 32, 16 * 32, 2 * (12 * 32 * 32 + 13 * 32), 2 * 32]
+    )  # tied head: counted once
+    tokens = w.batch * w.seq
+    matmul = sum(c.flops for c in w.layer if c.rule == "contraction") * w.n_layer + sum(
+        c.flops for c in w.rest if c.rule == "contraction"
+    )
+    # 6 * (non-embedding weights + the head) * tokens, and q k^T, p v: 12 * layers * seq * d * tokens;
+    # the first layer's input needs no gradient of the embeddings' matmul, and biases add a little
+    weights = 2 * 12 * 32 * 32 + cfg["vocab_size"] * 32
+    want = 6 * weights * tokens + 12 * w.n_layer * w.seq * 32 * tokens
+    assert 0.95 < matmul / want < 1.1, matmul / want
+
+
+# -- devices ---------------------------------------------------------------------------------------
+def test_device_profiles_and_the_cpu_override(monkeypatch, tmp_path):
+    assert D.H200.effective_flops == pytest.approx(790e12 * 0.45) and D.H200.memory == 141e9
+    with pytest.raises(ValueError, match="flops"):
+        DeviceProfile("x", flops=0, mem_bandwidth=1)
+    with pytest.raises(ValueError, match="flops_efficiency"):
+        DeviceProfile("x", flops=1, mem_bandwidth=1, flops_efficiency=1.5)
+    monkeypatch.setenv(D.CPU_PROFILE_ENV, "20,8")
+    p = D.cpu_profile()
+    assert p.flops == 20e9 and p.mem_bandwidth == 8e9
+    monkeypatch.setenv(D.CPU_PROFILE_ENV, "fast")
+    with pytest.raises(ValueError, match="GFLOPS,GBPS"):
+        D.cpu_profile()
+    # measured once, then read back from the cache
+    monkeypatch.delenv(D.CPU_PROFILE_ENV)
+    monkeypatch.setenv("FLOW_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = D.measure_cpu
+    monkeypatch.setattr(D, "measure_cpu", lambda: calls.append(1) or real(0.05))
+    a, b = D.cpu_profile(), D.cpu_profile()
+    assert a == b and calls == [1] and a.flops > 1e8 and a.mem_bandwidth > 1e8
+    assert json.loads((tmp_path / "plan" / "cpu.json").read_text())["flops"] == a.flops
+
+
+# -- collectives -----------------------------------------------------------------------------------
+def test_alpha_beta_collectives_against_closed_forms():
+    link = Link(alpha=1e-5, bandwidth=1e9)
+    n, p = 8e6, 8
+    assert collective_time("all_reduce", n, p, link, "ring") == pytest.approx(2 * 7 * 1e-5 + 2 * 7 / 8 * n / 1e9)
+    assert collective_time("all_reduce", n, p, link, "tree") == pytest.approx(2 * 3 * 1e-5 + 2 * n / 1e9)
+    assert collective_time("reduce_scatter", n, p, link, "ring") == pytest.approx(7e-5 + 7 / 8 * n / 1e9)
+    assert collective_time("all_gather", n, p, link, "tree") == pytest.approx(3e-5 + 7 / 8 * n / 1e9)
+    assert collective_time("all_to_all", n, p, link) == pytest.approx(7e-5 + 7 / 8 * n / 1e9)
+    assert collective_time("send_recv", n, 2, link) == pytest.approx(1e-5 + n / 1e9)
+    # small messages: the tree's log p latency wins; large: the ring's bandwidth term
+    assert collective_time("all_reduce", 8, 64, link, "best") == collective_time("all_reduce", 8, 64, link, "tree")
+    big = 1e9  # past the crossover p ((p-1) - log2 p) alpha / beta = 36 MB
+    assert collective_time("all_reduce", big, 64, link, "best") == collective_time("all_reduce", big, 64, link, "ring")
+    assert collective_time("all_reduce", n, 1, link) == 0.0
+    with pytest.raises(ValueError, match="unknown collective"):
+        collective_time("all_sum", n, p, link)
+    with pytest.raises(ValueError, match="alpha >= 0"):
+        Link(-1, 1)
+
+
+def test_hierarchical_all_reduce_and_cluster_groups():
+    intra, inter = Link(1e-6, 400e9), Link(1e-5, 50e9)
+    n = 1e9
+    got = hierarchical_time("all_reduce", n, 8, 4, intra, inter, "ring")
+    want = (
+        collective_time("reduce_scatter", n, 8, intra, "ring")
+        + collective_time("all_reduce", n / 8, 4, inter, "ring")
+        + collective_time("all_gather", n, 8, intra, "ring")
+    )
+    assert got == pytest.approx(want)
+    c = Cluster.h200(64)
+    assert (
+        c.nodes == 8
+        and c.group_shape(8, 1) == (8, 1)
+        and c.group_shape(8, 8) == (1, 8)
+        and c.group_shape(16, 4) == (2, 8)
+    )
+    # a node-local group runs on NVLink only; the same size across nodes is slower
+    assert c.collective("all_reduce", n, 8, 1) < c.collective("all_reduce", n, 8, 8)
+    with pytest.raises(ValueError, match="does not fit"):
+        c.group_shape(16, 8)
+    with pytest.raises(ValueError, match="fill nodes"):
+        Cluster(12, 8, intra, inter)
+
+
+def test_fit_alpha_beta_recovers_a_line_and_cluster_reads_the_json(tmp_path):
+    sizes = [8 << (2 * i) for i in range(8)]
+    link = fit_alpha_beta(sizes, [3e-5 + s * 2e-10 for s in sizes])
+    assert link.alpha == pytest.approx(3e-5) and link.beta == pytest.approx(2e-10)
+    with pytest.raises(ValueError, match="pairs"):
+        fit_alpha_beta([1], [1])
+    path = tmp_path / "mpi.json"
+    path.write_text(
+        json.dumps({"ping_pong": {"alpha": 5e-5, "beta": 1e-9}, "all_reduce": {"4": {"alpha": 6e-4, "beta": 3e-9}}})
+    )
+    dev = DeviceProfile("cpu", 1e10, 1e10)
+    c2 = Cluster.local(2, str(path), dev)
+    assert c2.intra_link.alpha == 5e-5 and c2.intra_link.beta == pytest.approx(1e-9)
+    c4 = Cluster.local(4, str(path), dev)
+    # the fitted all-reduce line is what the ring formula gives back on that link
+    assert c4.collective("all_reduce", 1e6, 4) == pytest.approx(6e-4 + 1e6 * 3e-9)
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="ping_pong"):
+        Cluster.local(2, str(path), dev)
+    # a rank given half a core runs at half the device's rates
+    half = Cluster.local(2, None, dev, cpu_share=0.5).device
+    assert half.flops == dev.flops / 2 and half.mem_bandwidth == dev.mem_bandwidth / 2
+    with pytest.raises(ValueError, match="cpu_share"):
+        Cluster.local(2, None, dev, cpu_share=0)
+
+
+# -- simulate ----------------------------------------------------------------------------------
+def test_more_dp_ranks_less_compute_per_rank_and_zero_saves_memory(tiny_gpt):
+    r1 = simulate(tiny_gpt, Cluster.h200(1), Strategy(dp=1), 64)
+    r8 = simulate(tiny_gpt, Cluster.h200(8), Strategy(dp=8), 64)
+    assert r8.compute_time < r1.compute_time / 4 and r8.comm_volume["dp"] > 0 == r1.comm_volume["dp"]
+    mem = [simulate(tiny_gpt, Cluster.h200(8), Strategy(dp=8, zero_stage=z), 64).memory for z in range(4)]
+    assert mem[1]["optimizer"] == pytest.approx(mem[0]["optimizer"] / 8)
+    assert mem[2]["gradients"] == pytest.approx(mem[0]["gradients"] / 8)
+    assert mem[3]["parameters"] == pytest.approx(mem[0]["parameters"] / 8)
+    assert all(a["total"] > b["total"] for a, b in zip(mem, mem[1:]))
+    # mixed precision: 2 + 2 + 12 bytes per parameter, as in the ZeRO paper
+    m0 = mem[0]
+    assert (m0["parameters"] + m0["gradients"] + m0["optimizer"]) == pytest.approx(16 * tiny_gpt.params)
+    z3 = simulate(tiny_gpt, Cluster.h200(8), Strategy(dp=8, zero_stage=3, overlap=False), 64)
+    assert z3.comm_volume["zero"] > 0 and z3.comm_time["zero"] > 0
+
+
+def test_pipeline_bubble_tp_collectives_and_bad_strategies(tiny_gpt):
+    c = Cluster.h200(2)
+    for m in (1, 2, 4, 8):
+        r = simulate(tiny_gpt, c, Strategy(pp=2, micro_batches=m), 8)
+        assert r.bubble == pytest.approx((2 - 1) / (m + 2 - 1))
+        assert r.comm_volume["pp"] > 0 and any(k == "pipeline bubble" for k, _ in r.critical_path)
+    tp = simulate(tiny_gpt, c, Strategy(tp=2), 8)
+    act = 8 * 16 * 32 * 2  # micro-batch x seq x hidden, bf16
+    # 2 all-reduces in forward and 2 in backward per block, each sending 2 (p-1)/p of the message
+    assert tp.comm_volume["tp"] == pytest.approx(4 * 2 * 2 * 0.5 * act)
+    assert tp.memory["parameters"] == pytest.approx(
+        simulate(tiny_gpt, Cluster.h200(1), Strategy(), 8).memory["parameters"] / 2
+    )
+    with pytest.raises(ValueError, match="ranks"):
+        simulate(tiny_gpt, c, Strategy(dp=4), 8)
+    with pytest.raises(ValueError, match="micro-batches"):
+        simulate(tiny_gpt, c, Strategy(dp=2, micro_batches=3), 8)
+    with pytest.raises(ValueError, match="pipeline stages"):
+        simulate(tiny_gpt, Cluster(4, 8, c.intra_link, c.inter_link), Strategy(pp=4), 8)  # 2 layers
+    with pytest.raises(ValueError, match="zero_stage"):
+        Strategy(zero_stage=4)
+
+
+def test_search_respects_the_memory_cap(tiny_gpt):
+    c = Cluster.h200(8)
+    free = search(tiny_gpt, c, 64)
+    assert free is not None and free.strategy.ranks == 8
+    cap = free.memory["total"] * 0.6
+    tight = search(tiny_gpt, c, 64, memory_cap=cap)
+    assert tight is not None and tight.memory["total"] <= cap and tight.step_time >= free.step_time
+    assert search(tiny_gpt, c, 64, memory_cap=1.0) is None
+
+
+def test_cli_prints_a_table(capsys):
+    from flow_dist.plan.__main__ import main
+
+    assert main(["--model", "tiny", "--gpus", "1,2,8", "--batch", "16"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in out if line.strip() and line.split()[0].isdigit()]
+    assert [r[0] for r in rows] == ["1", "2", "8"]
+    # GPUs, strategy (5 words), step ms, GiB, tokens/s, MFU, scaling
+    steps = [float(r[6]) for r in rows]
+    assert all(math.isfinite(t) and t > 0 for t in steps) and rows[0][10] == "100.0%"
+    assert rows[0][1:6] == ["dp1", "tp1", "pp1", "m1", "z0"]
+    with pytest.raises(SystemExit):
+        main(["--gpus", "eight"])
