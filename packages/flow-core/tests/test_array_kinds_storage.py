@@ -32,7 +32,11 @@ class PieceArray:
         return PieceArray(self.local.copy(), self.shape[0])
 
     def __setitem__(self, key, value):
-        self.local[key] = value.local if isinstance(value, PieceArray) else value
+        if isinstance(value, PieceArray):
+            value = value.local
+        elif np.shape(value)[:1] == self.shape[:1]:  # the logical value: this process's rows of it
+            value = np.asarray(value)[: len(self.local)]
+        self.local[key] = value
 
     def grad_for(self, g):
         GRAD_FOR.append(type(g._data).__name__)
@@ -107,3 +111,43 @@ def test_optimizer_states_are_shaped_like_the_storage_and_of_the_kind(pieces, ma
             assert tuple(
                 np.asarray(state._data.local if isinstance(state._data, PieceArray) else state._data).shape
             ) == (2, 2)
+
+
+def _trained(make, a):
+    x = K.wrap(PieceArray(a[:2].copy(), 4), requires_grad=True)
+    opt = make([x])
+    for _ in range(2):
+        (x * x).backward(K.wrap(PieceArray(np.ones((2, 2), np.float32), 4)))
+        opt.step()
+        opt.zero_grad()
+    return x, opt
+
+
+@pytest.mark.parametrize("make", [lambda p: flow.optim.SGD(p, lr=0.1, momentum=0.9), lambda p: flow.optim.Adam(p)])
+def test_state_dict_of_a_kind_parameter_round_trips(pieces, make):
+    a = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2)
+    x, opt = _trained(make, a)
+    sd = opt.state_dict()
+    states = {k: v for k, v in sd["state"][0].items() if k != "step"}
+    for v in states.values():  # laid out like the parameter: logical shape, this process's piece
+        assert isinstance(v._data, PieceArray) and v.shape == (4, 2) and v._data.local.shape == (2, 2)
+    y = K.wrap(PieceArray(x._data.local.copy(), 4), requires_grad=True)
+    other = make([y])
+    other.load_state_dict(sd)
+    for k, v in states.items():
+        np.testing.assert_array_equal(other.state[y][k]._data.local, v._data.local)
+    # the logical value works too: this process keeps its rows
+    logical = {k: np.concatenate([v._data.local, np.full((2, 2), 7.0, np.float32)]) for k, v in states.items()}
+    third = make([K.wrap(PieceArray(x._data.local.copy(), 4), requires_grad=True)])
+    third.load_state_dict({**sd, "state": {0: {**sd["state"][0], **logical}}})
+    for k, v in states.items():
+        np.testing.assert_array_equal(next(iter(third.state.values()))[k]._data.local, v._data.local)
+
+
+def test_state_of_a_kind_parameter_with_the_wrong_shape_is_refused(pieces):
+    a = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2)
+    x, opt = _trained(lambda p: flow.optim.SGD(p, lr=0.1, momentum=0.9), a)
+    sd = opt.state_dict()
+    bad = {**sd, "state": {0: {"momentum_buffer": np.zeros((3, 2), np.float32)}}}
+    with pytest.raises(flow.optim.OptimizerError, match=r"has shape \(3, 2\), but the parameter has shape \(4, 2\)"):
+        opt.load_state_dict(bad)

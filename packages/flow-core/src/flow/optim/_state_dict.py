@@ -3,7 +3,9 @@
 Everything is checked before anything changes: the number of groups and of parameters in each,
 the parameter indices, every group's options (as :meth:`Optimizer.add_param_group` checks them),
 and each parameter's state (names the optimizer keeps with those options, shapes equal to the
-parameter's, a step count that is a whole number >= 0). Loading then builds new flat buckets and
+parameter's, a step count that is a whole number >= 0). The state of a parameter whose data is an
+array kind's (a global tensor) is kept as this rank's piece: it may come as a tensor of that kind laid
+out like the parameter (what ``state_dict()`` gives) or as the logical value. Loading then builds new flat buckets and
 swaps them in, restoring the old ones if anything still fails.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from flow._tensor import Tensor
+from flow.array_kinds import is_kind_array, storage_of
 from flow.optim.errors import OptimizerError, OptimizerTypeError
 
 
@@ -95,6 +98,9 @@ def _check_param_state(opt, group: dict, index: int, p, st: Mapping) -> dict:
                 f"{name}: loaded state of parameter {index} has '{k}', which {name} with these "
                 f"options does not keep (expected {', '.join(sorted(allowed)) or 'no state'})"
             )
+        if k != "step" and is_kind_array(p._data):  # a global parameter: its state is this rank's piece
+            out[k] = _piece_of(name, index, k, v, p)
+            continue
         arr = _as_array(name, index, k, v)
         if k == "step":
             s = float(arr.reshape(-1)[0]) if arr.size == 1 else math.nan
@@ -111,6 +117,31 @@ def _check_param_state(opt, group: dict, index: int, p, st: Mapping) -> dict:
             )
         out[k] = np.array(arr, copy=True)
     return out
+
+
+def _piece_of(name: str, index: int, key: str, v, p) -> np.ndarray:
+    """This rank's piece of the state ``v`` of a parameter ``p`` whose data is an array kind's (a global
+    tensor). ``v`` is a tensor of that kind (what :meth:`Optimizer.state_dict` gives: laid out like
+    ``p``; another layout is converted) or the logical value (a plain tensor or array of ``p``'s
+    shape); either is written into an array laid out like ``p`` with the array protocol's
+    ``a[...] = b``, which picks the piece (for a global tensor, a collective when layouts differ)."""
+    kind = isinstance(v, Tensor) and is_kind_array(v._data)
+    if kind and v._data.__class__ is not p._data.__class__:
+        raise OptimizerTypeError(
+            f"{name}: loaded state '{key}' of parameter {index} is a {type(v._data).__name__}, but the "
+            f"parameter is a {type(p._data).__name__}"
+        )
+    value = v._data if kind else _as_array(name, index, key, v)
+    if tuple(value.shape) != tuple(p.shape):
+        raise OptimizerError(
+            f"{name}: loaded state '{key}' of parameter {index} has shape {tuple(value.shape)}, but "
+            f"the parameter has shape {tuple(p.shape)}"
+        )
+    local = np.asarray(storage_of(p._data))
+    dtype = np.asarray(storage_of(v._data)).dtype if kind else value.dtype
+    target = p._data.with_storage(np.empty(local.shape, dtype=dtype))
+    target[...] = value
+    return np.asarray(storage_of(target))
 
 
 def _as_array(name: str, index: int, key: str, v) -> np.ndarray:

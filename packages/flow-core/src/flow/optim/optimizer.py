@@ -363,10 +363,16 @@ class Optimizer:
     def _param_state(self, b: FlatBucket, i: int) -> dict:
         from flow._creation import from_numpy, tensor
         from flow._dtype import float32
+        from flow.array_kinds import is_kind_array, wrap
 
         st: dict[str, Any] = {}
+        data = b.params[i]._data
+        kind = is_kind_array(data) and hasattr(data, "with_storage")
         for name, arr in b.param_state(i).items():
-            st[name] = from_numpy(arr) if isinstance(arr, np.ndarray) else tensor(arr)
+            if kind and isinstance(arr, np.ndarray):  # a global parameter's state: laid out like it, a view
+                st[name] = wrap(data.with_storage(arr), b.params[i].device)
+            else:
+                st[name] = from_numpy(arr) if isinstance(arr, np.ndarray) else tensor(arr)
         if not st and not (self._has_step and b.steps[i] > 0):
             return {}
         if self._has_step:
