@@ -1,6 +1,7 @@
 // flow._C: native CPU kernels for flow-core. Python users should go through
 // flow.backends.cpu.native, which normalises inputs (contiguity, dtype
 // checks) before calling in here.
+#include "blas.h"
 #include "common.h"
 #include "kernels.h"
 
@@ -34,4 +35,5 @@ PYBIND11_MODULE(_C, m) {
   flow_native::register_lowp(m);
   flow_native::register_batch_norm(m);
   flow_native::register_conv(m);
+  flow_native::register_blas(m);
 }

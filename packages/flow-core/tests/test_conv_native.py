@@ -160,16 +160,37 @@ def test_grouped_and_integer_use_the_reference(monkeypatch):
     np.testing.assert_array_equal(conv.conv2d_forward(x, w1, None, *at, 1), R.conv2d_forward(np, x, w1, None, *at, 1))
 
 
-@needs_native
-def test_flow_conv2d_dispatches_to_native(monkeypatch):
-    calls = []
-    real_im2col, real_col2im = native.im2col, native.col2im
-    monkeypatch.setattr(native, "im2col", lambda *a, **k: calls.append("im2col") or real_im2col(*a, **k))
-    monkeypatch.setattr(native, "col2im", lambda *a, **k: calls.append("col2im") or real_col2im(*a, **k))
+def _conv_and_backward():
     x = flow.tensor(_rand((2, 3, 8, 8), 0, np.float32), requires_grad=True)
     w = flow.tensor(_rand((4, 3, 3, 3), 1, np.float32), requires_grad=True)
     F.conv2d(x, w, padding=1, stride=2).sum().backward()
+
+
+@needs_native
+def test_flow_conv2d_dispatches_to_native_columns_without_a_bound_blas(monkeypatch):
+    from flow.backends.cpu import threads
+
+    calls = []
+    real_im2col, real_col2im = native.im2col, native.col2im
+    monkeypatch.setattr(threads, "BLAS_PATH", None)  # no BLAS bound: columns natively, GEMMs in NumPy
+    monkeypatch.setattr(native, "im2col", lambda *a, **k: calls.append("im2col") or real_im2col(*a, **k))
+    monkeypatch.setattr(native, "col2im", lambda *a, **k: calls.append("col2im") or real_col2im(*a, **k))
+    _conv_and_backward()
     assert calls.count("col2im") == 1 and calls.count("im2col") == 2  # forward + weight grad
+
+
+@needs_native
+def test_flow_conv2d_runs_one_native_call_per_pass_with_the_bound_blas(monkeypatch):
+    from flow.backends.cpu import threads
+
+    if threads.BLAS_PATH is None:
+        pytest.skip("NumPy's OpenBLAS was not found: the convolutions use the column kernels")
+    calls = []
+    for name in ("conv2d_gemm_forward", "conv2d_gemm_backward_input", "conv2d_gemm_backward_weight"):
+        real = getattr(native._C, name)
+        monkeypatch.setattr(native._C, name, lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    _conv_and_backward()
+    assert sorted(calls) == ["conv2d_gemm_backward_input", "conv2d_gemm_backward_weight", "conv2d_gemm_forward"]
 
 
 # -- vs PyTorch ------------------------------------------------------------------------------------------

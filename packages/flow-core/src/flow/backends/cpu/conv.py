@@ -1,5 +1,10 @@
 """conv2d and its two backward kernels on the CPU with the native im2col / col2im (``flow._C``).
 
+When :mod:`flow.backends.cpu.threads` bound NumPy's BLAS, all of a convolution runs in one native call:
+flow's OpenMP threads each take whole batch chunks (columns and a single-threaded GEMM per chunk;
+the weight gradient by fixed blocks of its columns), so there is one thread pool and results do
+not depend on the thread count. Otherwise the Python loop below runs.
+
 The GEMM is NumPy's matmul (OpenBLAS) around the native column kernels, which fuse padding,
 stride and dilation into the copy (no padded input), fill a column buffer reused across batch
 chunks, and add the input gradient's columns straight into the (unpadded) input gradient. A
@@ -20,7 +25,7 @@ import threading
 
 import numpy as np
 
-from flow.backends.cpu import native
+from flow.backends.cpu import native, threads
 from flow.ops import nn_conv as R
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -43,6 +48,24 @@ def use_native(a: np.ndarray, groups: int) -> bool:
         and a.dtype in _NATIVE_DTYPES
         and os.environ.get("FLOW_CONV_REFERENCE") != "1"
     )
+
+
+def _fused() -> bool:
+    """Whether the one-call kernels (GEMM inside flow's parallel region) are available."""
+    return threads.BLAS_PATH is not None
+
+
+def _task_images(N: int, K: int, P: int, itemsize: int) -> int:
+    """Images per task of the one-call forward / input gradient: one when an image's GEMM is wide
+    enough, else the chunk of the Python path. From the shapes only, never the thread count."""
+    if P >= _PER_IMAGE_PIXELS:
+        return 1
+    return max(1, R._chunks(N, K * P * itemsize, P)[0].stop) if N else 1
+
+
+def _geom(kh: int, kw: int, stride: tuple, padding: tuple, dilation: tuple, Ho: int, Wo: int) -> tuple:
+    """The geometry arguments of the native conv kernels (padding given as (top, bottom, left, right))."""
+    return kh, kw, stride[0], stride[1], padding[0], padding[2], dilation[0], dilation[1], Ho, Wo
 
 
 def _plan(N: int, K: int, P: int, itemsize: int, per_image: bool = False) -> tuple[list, int]:
@@ -89,6 +112,13 @@ def conv2d_forward(x, w, b, stride: tuple, padding: tuple, dilation: tuple, grou
     x = np.ascontiguousarray(x)
     wm = np.ascontiguousarray(w).reshape(O, K)
     out = np.empty((N, O, P), dtype=x.dtype)
+    if _fused():
+        nb = _task_images(N, K, P, x.itemsize)
+        native._C.conv2d_gemm_forward(x, wm, out, *_geom(kh, kw, stride, padding, dilation, Ho, Wo), nb)
+        out = out.reshape(N, O, Ho, Wo)
+        if b is not None:
+            out += b.reshape(1, O, 1, 1)
+        return out
     # a 1x1, stride-1, unpadded kernel reads every pixel once in place: the image is its own columns
     identity = (kh, kw) == (1, 1) and stride == (1, 1) and not any(padding)
     chunks, nmax = _plan(N, K, P, x.itemsize, per_image=True)
@@ -126,6 +156,11 @@ def conv2d_backward_input(
     wt = np.ascontiguousarray(w).reshape(O, K).T  # (K, O): a transposed operand, no copy (BLAS transposes)
     gr = np.ascontiguousarray(g).reshape(N, O, P)
     dx = np.zeros((N, C, H, W), dtype=g.dtype)
+    if _fused():
+        wm = np.ascontiguousarray(w).reshape(O, K)
+        nb = _task_images(N, K, P, g.itemsize)
+        native._C.conv2d_gemm_backward_input(gr, wm, dx, *_geom(kh, kw, stride, padding, dilation, Ho, Wo), nb)
+        return dx
     chunks, nmax = _plan(N, K, P, g.itemsize, per_image=True)
     dcols = _scratch("cols", K * nmax * P, g.dtype)
     gbuf = _scratch("res", O * nmax * P if nmax > 1 else 0, g.dtype)
@@ -149,6 +184,11 @@ def conv2d_backward_weight(
     K, P = C * kh * kw, Ho * Wo
     x = np.ascontiguousarray(x)
     gr = np.ascontiguousarray(g).reshape(N, O, P)
+    if _fused():
+        dw = np.empty((O, K), dtype=x.dtype)
+        nb = max((s.stop - s.start for s in R._chunks(N, K * P * x.itemsize, P)), default=1)
+        native._C.conv2d_gemm_backward_weight(gr, x, dw, *_geom(kh, kw, stride, padding, dilation, Ho, Wo), nb)
+        return dw.reshape(O, C, kh, kw)
     acc = np.zeros((O, K), dtype=x.dtype)
     chunks, nmax = _plan(N, K, P, x.itemsize)
     cols = _scratch("cols", K * nmax * P, x.dtype)

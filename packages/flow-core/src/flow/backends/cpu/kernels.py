@@ -25,6 +25,42 @@ def register(registry) -> None:
     for op_name, fn in table.items():
         if op_name in registry.ops:
             registry.register_kernel(op_name, "cpu", fn, dtypes=fdt)
+    for op_name, (fn, out) in _gemm_kernels().items():
+        if op_name in registry.ops:
+            registry.register_kernel(op_name, "cpu", fn, dtypes=fdt, out=out)
+
+
+def _gemm_kernels() -> dict:
+    """matmul and linear under the thread policy (flow.backends.cpu.threads): OpenBLAS is
+    single-threaded, and a large product gets flow's thread count for its call. A small 2-d product
+    stays ``ndarray.dot`` (the same GEMM without the ufunc machinery: most of a small eager
+    matmul's overhead), with and without ``out=`` for graph memory planning."""
+    from flow.backends.cpu import threads
+
+    large = threads.LARGE_GEMM
+    mm = threads.matmul
+
+    def matmul(a, b):
+        if a.ndim == 2 and b.ndim == 2 and a.dtype is b.dtype and a.shape[0] * a.shape[1] * b.shape[1] < large:
+            return a.dot(b)
+        return mm(a, b)
+
+    def matmul_out(a, b, out=None):
+        return mm(a, b, out=out)
+
+    def linear(x, w, b=None):
+        out = matmul(x, w.T)
+        if b is not None:
+            out += b  # in place: the product is a fresh array
+        return out
+
+    def linear_out(x, w, b=None, out=None):
+        out = mm(x, w.T, out=out)
+        if b is not None:
+            out += b
+        return out
+
+    return {"matmul": (matmul, matmul_out), "linear": (linear, linear_out)}
 
 
 def _last_axis(fn, dim, *arrays):

@@ -38,6 +38,12 @@ except ImportError as exc:  # extension not built / not importable
 else:
     HAVE_NATIVE = True
     NATIVE_ERROR = None
+    # one thread pool: NumPy's OpenBLAS single-threaded, its GEMM called from flow's OpenMP threads
+    # (flow.backends.cpu.threads); FLOW_CPU_THREAD_POLICY=0 leaves OpenBLAS as NumPy set it up
+    if os.environ.get("FLOW_CPU_THREAD_POLICY", "1") != "0":
+        from flow.backends.cpu import threads as _policy
+
+        _policy.install(_C)
 
 __all__ = [
     "HAVE_NATIVE",
