@@ -5,7 +5,7 @@ flow's plugin manager imports this module and runs its hooks:
 - ``flow_register_ops`` / ``flow_register_kernels``: ``sbp_boxing``, a one-axis conversion as an
   op, which is how a compiled graph holds boxing (:mod:`flow_dist.boxing_op`), and the two ops of
   gradient buckets (:mod:`flow_dist.grad_buckets`);
-- ``flow_register_passes``: the ``gradient_buckets`` graph pass;
+- ``flow_register_passes``: the ``gradient_buckets`` and ``zero`` graph passes;
 - ``flow_register_tables``: the ``"sbp"`` rule table (op name -> rule, see :mod:`flow_dist.rules`),
   which any plugin fills with ``registry.register_rule("sbp", op, rule)`` in its own
   ``flow_register_rules`` (queued until flow-dist loads, so op packages need not depend on it);
@@ -44,8 +44,10 @@ def flow_register_kernels(registry) -> None:
 @hookimpl
 def flow_register_passes(registry) -> None:
     from flow_dist import grad_buckets
+    from flow_dist.zero import graph_pass as zero_graph_pass
 
     grad_buckets.register_pass(registry)
+    zero_graph_pass.register_pass(registry)  # ZeRO in graph mode (graph.config.enable_zero)
 
 
 @hookimpl
@@ -70,7 +72,7 @@ def flow_register_api(registry) -> None:
 
     from flow import array_kinds
     from flow.graph.tracer import register_library_dir
-    from flow_dist import api, checkpoint, comm, dcp, env, sbp, torch_api
+    from flow_dist import api, auto_parallel, checkpoint, comm, dcp, env, sbp, torch_api
     from flow_dist.ddp import DistributedDataParallel
     from flow_dist.global_array import GlobalArray
     from flow_dist.handler import global_handler
@@ -89,6 +91,7 @@ def flow_register_api(registry) -> None:
     registry.register_api("nn.parallel.DistributedDataParallel", DistributedDataParallel)
     registry.register_api("distributed.impl", torch_api)  # what flow.distributed (torch's API) runs on
     registry.register_api("distributed.checkpoint", dcp)  # flow.distributed.checkpoint runs on it
+    registry.register_api("graph.auto_parallel", auto_parallel.graph_prepare)  # graph.config.enable_auto_parallel
     array_kinds.register_array_kind(GlobalArray, global_handler)
     register_library_dir(os.path.dirname(os.path.abspath(__file__)))  # graph nodes name the user's lines
     if env.get_world_size() > 1:

@@ -58,6 +58,7 @@ FEATURE_PASSES = {
     "memory_planning": "memory_planning",
     "gradient_accumulation": "gradient_accumulation",
     "activation_checkpointing": "activation_checkpointing",
+    "zero": "zero",
 }
 
 
@@ -67,6 +68,8 @@ class GraphConfig:
     def __init__(self) -> None:
         self.gradient_accumulation_steps = 1
         self.amp: dict | None = None
+        self.zero: dict | None = None  # enable_zero's settings, read by the "zero" pass
+        self.auto_parallel: dict | None = None  # enable_auto_parallel's settings (flow-dist applies them)
         self.fusion = True
         self.memory_planning = True
         self.autotune = True
@@ -114,6 +117,55 @@ class GraphConfig:
         self.amp = {"dtype": dt, **options}
         self._changed()
 
+    def enable_zero(
+        self, mode: bool = True, *, stage: int = 1, shard_min_size: int = 1024, shard_restore_level: int = 1
+    ) -> None:
+        """ZeRO data parallelism through the ``zero`` graph pass, which the flow-dist plugin registers.
+
+        ``stage`` 1 shards the optimizer states on the data-parallel axis, 2 the gradients too, 3 the
+        parameters too; parameters with fewer than ``shard_min_size`` elements are left whole;
+        ``shard_restore_level`` (0 or 1, OneFlow's) says how eagerly sharded parameters are gathered
+        again. The settings are passed to the pass as ``config.zero``.
+        """
+        if not mode:
+            self.zero = None
+            self._changed()
+            return
+        if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (1, 2, 3):
+            raise ValueError(f"enable_zero: stage must be 1, 2 or 3, got {stage!r}")
+        if isinstance(shard_min_size, bool) or not isinstance(shard_min_size, int) or shard_min_size < 1:
+            raise ValueError(f"enable_zero: shard_min_size must be a positive int, got {shard_min_size!r}")
+        if shard_restore_level not in (0, 1) or isinstance(shard_restore_level, bool):
+            raise ValueError(f"enable_zero: shard_restore_level must be 0 or 1, got {shard_restore_level!r}")
+        check_zero_available()
+        self.zero = {"stage": stage, "shard_min_size": shard_min_size, "shard_restore_level": shard_restore_level}
+        self._changed()
+
+    def enable_auto_parallel(self, mode: bool = True, *, memory_cap: float | None = None, cluster=None) -> None:
+        """Choose the data x tensor parallel layout of the graph's model on its first call, by the
+        flow-dist plugin's search (``flow_dist.auto_parallel``): the layout whose simulated step is the
+        fastest within ``memory_cap`` bytes per rank (``cluster``: a ``flow_dist.plan.Cluster``; default
+        this machine's processes). The model is laid out and each tensor input (the whole batch on
+        every rank) split on the data axis before the graph compiles; the plan is ``graph.auto_plan``.
+        """
+        if not mode:
+            self.auto_parallel = None
+            self._changed()
+            return
+        if memory_cap is not None and (isinstance(memory_cap, bool) or not float(memory_cap) > 0):
+            raise ValueError(f"enable_auto_parallel: memory_cap must be a positive byte count, got {memory_cap!r}")
+        from flow import provided
+
+        if provided.get("graph.auto_parallel") is None:
+            # the hook is flow-dist's; without it a graph would silently run on one process
+            raise FlowError(
+                "graph config: auto-parallel needs the flow-dist plugin, which provides global tensors and "
+                "the layout search; install the 'flow-dist' package (pip install flow-dist) and make sure its "
+                "plugin is loaded (FLOW_PLUGINS / FLOW_DISABLE_PLUGIN_AUTOLOAD)"
+            )
+        self.auto_parallel = {"memory_cap": memory_cap, "cluster": cluster}
+        self._changed()
+
     def enable_fusion(self, mode: bool = True) -> None:
         """Elementwise fusion (the ``fusion`` pass, when a backend registers one)."""
         self.fusion = bool(mode)
@@ -151,6 +203,8 @@ class GraphConfig:
             return self._overrides[name]
         if name == FEATURE_PASSES["amp"]:
             return self.amp is not None
+        if name == FEATURE_PASSES["zero"]:
+            return self.zero is not None
         if name == FEATURE_PASSES["fusion"]:
             return self.fusion and entry.enabled_by_default
         if name == FEATURE_PASSES["memory_planning"]:
@@ -171,6 +225,8 @@ class GraphConfig:
             raise FlowError(f"graph config: no graph pass named {unknown}; registered passes: {passes.names()}")
         if self.amp is not None:
             check_amp_available()
+        if self.zero is not None:
+            check_zero_available()
 
     def key(self) -> tuple:
         return (self._version,)
@@ -179,6 +235,7 @@ class GraphConfig:
         parts = [
             f"gradient_accumulation_steps={self.gradient_accumulation_steps}",
             f"amp={self.amp}",
+            f"zero={self.zero}",
             f"fusion={self.fusion}",
             f"memory_planning={self.memory_planning}",
             f"autotune={self.autotune}",
@@ -196,4 +253,15 @@ def check_amp_available() -> None:
             "graph config: mixed precision needs the graph pass 'amp', which the flow-amp plugin "
             "registers; install the 'flow-amp' package (pip install flow-amp) and make sure its plugin "
             "is loaded (FLOW_PLUGINS / FLOW_DISABLE_PLUGIN_AUTOLOAD)"
+        )
+
+
+def check_zero_available() -> None:
+    from flow.registry import REGISTRY
+
+    if "zero" not in REGISTRY.passes:
+        raise FlowError(
+            "graph config: ZeRO needs the graph pass 'zero', which the flow-dist plugin registers; install "
+            "the 'flow-dist' package and make sure its plugin is loaded (FLOW_PLUGINS / "
+            "FLOW_DISABLE_PLUGIN_AUTOLOAD)"
         )

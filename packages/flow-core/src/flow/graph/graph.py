@@ -214,6 +214,8 @@ class Graph(Runner):
             loaded = self._take_prefetched(args, kwargs)
             if loaded is not None:
                 args, kwargs = loaded
+        if self.config.auto_parallel is not None:
+            args, kwargs = self._auto_parallel(args, kwargs)
         n = self.config.gradient_accumulation_steps
         if n > 1:
             from flow.graph.accumulate import run_accumulated
@@ -225,6 +227,16 @@ class Graph(Runner):
             if sch is not None:
                 sch.step()
         return out
+
+    def _auto_parallel(self, args: tuple, kwargs: dict):
+        """The plugin hook that lays the model out (on the first call) and the inputs out (every call)."""
+        from flow import provided
+
+        hook = provided.require("graph.auto_parallel", "graph.config.enable_auto_parallel")
+        args, kwargs = hook(self, args, kwargs)
+        # the hook may have replaced submodules (a tensor-parallel attention): list the modules again
+        self.__dict__.pop("_mods", None)
+        return args, kwargs
 
     def __repr__(self) -> str:
         L = [f"({type(self).__name__}:nn.Graph)"]

@@ -24,11 +24,24 @@ from functools import partial
 
 import numpy as np
 
+from flow.array_kinds import storage_of
 from flow.errors import FlowError
 from flow.graph.ir import Effect
 from flow.graph.symbolic import GraphTraceError
 from flow.ops.meta import TensorMeta
 from flow.ops.optim import UPDATE_OPS, inplace_outputs
+
+# Ops whose output is a piece of their input (registered by plugins: flow-dist's ``sbp_boxing``, which
+# slices a broadcast parameter into the rows a ZeRO update covers): an update may take such a piece of
+# a parameter instead of the parameter, and is still known as that parameter's update.
+PIECE_OPS: set[str] = set()
+
+
+def _param_of(v):
+    """The value an update's parameter input is, or is a piece of (through :data:`PIECE_OPS`)."""
+    while v.kind != "state" and v.producer is not None and v.producer.name in PIECE_OPS:
+        v = v.producer.inputs[0]
+    return v
 
 
 def prepare(opt) -> None:
@@ -70,7 +83,10 @@ class _StateSlot:
             buf = b.state(self.name, self.fill)
         if buf is not self._buf:
             o, n = int(b.offsets[self.i]), int(b.numels[self.i])
-            self._view = buf[o : o + n].reshape(b.local_shapes[self.i])  # the local piece of a global parameter
+            # what the traced state tensor held: the piece of a global parameter, or what its StateLayout
+            # wraps (a ZeRO shard); the graph binds the array's storage, as the tracer did
+            piece = buf[o : o + n].reshape(b.state_shapes[self.i])
+            self._view = storage_of(b.wrap_state(self.i, piece))
             self._buf = buf
         return self._view
 
@@ -219,7 +235,7 @@ class OptimizerBinding:
             node.tags["side_effect"] = True
             node.tags["phase"] = "optimizer"
             where = []
-            for v in params:
+            for v in map(_param_of, params):
                 spec = ir.state_specs.get(v.id) if v.kind == "state" else None
                 hit = self._where.get(id(spec.tensor)) if spec is not None and spec.tensor is not None else None
                 if hit is None:

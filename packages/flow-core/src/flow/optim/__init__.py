@@ -2,6 +2,7 @@
 schedulers; the errors both raise for bad hyper-parameters, parameter groups and state dicts."""
 
 from flow.optim import lr_scheduler
+from flow.optim._flat import StateLayout, set_state_layout, state_layout
 from flow.optim.adadelta import Adadelta
 from flow.optim.adagrad import Adagrad
 from flow.optim.adam import Adam, AdamW
@@ -22,6 +23,9 @@ Lamb = LAMB
 
 __all__ = [
     "Optimizer",
+    "StateLayout",
+    "set_state_layout",
+    "state_layout",
     "OptimizerError",
     "OptimizerTypeError",
     "SGD",

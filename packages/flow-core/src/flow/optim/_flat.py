@@ -19,9 +19,17 @@ cast back.
 The update ops take tensors: the bucket keeps, per state, one tensor per parameter that views its
 piece of the flat buffer (:meth:`FlatBucket.state_views`), and small host tensors for the values fed
 to the ops (:meth:`FlatBucket.feed`: the step count, whether a state is new), made once and reused.
+
+A plugin can give the states of one parameter a layout of their own (:func:`set_state_layout`, a
+:class:`StateLayout`): flow-dist's ZeRO keeps the state of a broadcast global parameter split on the
+data-parallel axis, so each process holds 1/n of it. The bucket then sizes that parameter's piece
+of every flat state by the layout's ``local_shape`` and hands the update ops ``layout.wrap(view)``;
+eager steps and compiled steps (:mod:`flow.graph.optim_trace`) read the same layout.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
@@ -36,6 +44,69 @@ LOW_PRECISION = (D.float16, D.bfloat16)
 # set per thread, see flow.optim._foreach.thread_scratch) to max(GRAD_CHUNK, the
 # largest parameter) elements.
 GRAD_CHUNK = 1 << 20
+
+
+class StateLayout:
+    """How one parameter's optimizer states are laid out, when not like the parameter's local piece.
+
+    ``local_shape``: the shape of the piece of each state this process holds. Subclasses override
+    :meth:`wrap` (the array the update ops get, e.g. a global array of that piece with its own SBP)
+    and :meth:`from_param` (this process's piece of a state given like the parameter's local piece:
+    what a state dict or a rebuilt group carries over).
+    """
+
+    def __init__(self, local_shape: tuple) -> None:
+        self.local_shape = tuple(int(d) for d in local_shape)
+        if any(d < 0 for d in self.local_shape):
+            raise ValueError(f"StateLayout: local_shape must have non-negative sizes, got {local_shape!r}")
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.local_shape, dtype=np.int64))
+
+    def wrap(self, view):
+        """The state array the update ops take, made from ``view`` (this process's piece, ``local_shape``):
+        a view of it, or an array kind whose storage is ``view`` (a compiled step binds that storage)."""
+        return view
+
+    def from_param(self, arr):
+        """This process's piece (``local_shape``) of a state given in the parameter's local shape."""
+        raise OptimizerError(
+            f"{type(self).__name__}: cannot take a state of shape {tuple(np.shape(arr))} laid out like its parameter"
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(local_shape={self.local_shape})"
+
+
+# id(parameter) -> (weak reference to it, its StateLayout); the version changes with every set, so a bucket
+# sees a change with one comparison per step instead of one look-up per parameter
+_LAYOUTS: dict = {}
+_LAYOUT_VERSION = [0]
+
+
+def set_state_layout(param: Tensor, layout: "StateLayout | None") -> None:
+    """Lay out the optimizer states of ``param`` as ``layout`` says (``None``: like the parameter again).
+
+    Every optimizer holding ``param`` rebuilds its bucket at its next step and carries the states over
+    (through :meth:`StateLayout.from_param` when they were laid out like the parameter).
+    """
+    if not isinstance(param, Tensor):
+        raise TypeError(f"set_state_layout: expected a parameter (a Tensor), got {type(param).__name__}")
+    if layout is not None and not isinstance(layout, StateLayout):
+        raise TypeError(f"set_state_layout: layout must be a StateLayout or None, got {type(layout).__name__}")
+    key = id(param)
+    if layout is None:
+        _LAYOUTS.pop(key, None)
+    else:
+        _LAYOUTS[key] = (weakref.ref(param, lambda _r, k=key: _LAYOUTS.pop(k, None)), layout)
+    _LAYOUT_VERSION[0] += 1
+
+
+def state_layout(param: Tensor) -> "StateLayout | None":
+    """The :class:`StateLayout` of ``param``'s optimizer states (``None``: like the parameter)."""
+    hit = _LAYOUTS.get(id(param))
+    return hit[1] if hit is not None and hit[0]() is param else None
 
 
 def array_module(device):
@@ -86,7 +157,11 @@ class FlatBucket:
         self.shapes = [tuple(p._data.shape) for p in self.params]
         # states hold what each process holds of its parameter (a global parameter's local piece)
         self.local_shapes = [tuple(storage_of(p._data).shape) for p in self.params]
-        self.numels = np.array([int(storage_of(p._data).size) for p in self.params], dtype=np.int64)
+        # each parameter's piece of a flat state: its local piece, or what its StateLayout says
+        self.layout_version = _LAYOUT_VERSION[0]
+        self.layouts = [state_layout(p) for p in self.params]
+        self.state_shapes = [s if lay is None else lay.local_shape for s, lay in zip(self.local_shapes, self.layouts)]
+        self.numels = np.array([int(np.prod(s, dtype=np.int64)) for s in self.state_shapes], dtype=np.int64)
         self.offsets = np.zeros(len(self.params) + 1, dtype=np.int64)
         np.cumsum(self.numels, out=self.offsets[1:])
         self.total = int(self.offsets[-1])
@@ -114,6 +189,12 @@ class FlatBucket:
         for p, a in zip(self.params, self.arrays):
             if p._data is not a:
                 return False
+        return self.layout_version == _LAYOUT_VERSION[0] or self._same_layouts()
+
+    def _same_layouts(self) -> bool:
+        if any(state_layout(p) is not lay for p, lay in zip(self.params, self.layouts)):
+            return False
+        self.layout_version = _LAYOUT_VERSION[0]
         return True
 
     def refresh(self) -> bool:
@@ -124,6 +205,8 @@ class FlatBucket:
                 return False
             if tuple(storage_of(p._data).shape) != local:
                 return False
+        if not self._same_layouts():  # a new state layout: rebuilt, the states carried over
+            return False
         self._take_arrays()
         return True
 
@@ -145,11 +228,17 @@ class FlatBucket:
             return hit[1]
         cdt = D.NP_TO_DTYPE[np.dtype(self.cdtype)]
         views = [
-            Tensor._make(_like_param(p._data, buf[int(o) : int(o) + int(n)].reshape(shape)), cdt, self.device)
-            for p, o, n, shape in zip(self.params, self.offsets, self.numels, self.local_shapes)
+            Tensor._make(self.wrap_state(i, buf[int(o) : int(o) + int(n)].reshape(shape)), cdt, self.device)
+            for i, (o, n, shape) in enumerate(zip(self.offsets, self.numels, self.state_shapes))
         ]
         self._views[name] = (buf, views)
         return views
+
+    def wrap_state(self, i: int, view):
+        """The array of parameter ``i``'s state piece ``view`` that the update ops take: of its
+        :class:`StateLayout`, or of the parameter's array kind."""
+        lay = self.layouts[i]
+        return _like_param(self.params[i]._data, view) if lay is None else lay.wrap(view)
 
     def feed(self, name: str, shape: tuple = (), dtype=D.int64) -> tuple:
         """``(array, tensor)``: a small host value fed to the update op (the step count, first-step
@@ -162,13 +251,16 @@ class FlatBucket:
 
     def param_state(self, i: int) -> dict:
         """``{name: array view}`` of the states that hold a value for parameter ``i``."""
-        o, n, shape = int(self.offsets[i]), int(self.numels[i]), self.local_shapes[i]
+        o, n, shape = int(self.offsets[i]), int(self.numels[i]), self.state_shapes[i]
         return {k: buf[o : o + n].reshape(shape) for k, buf in self.states.items() if self.present[k][i]}
 
     def set_param_state(self, i: int, name: str, value) -> None:
         """Copy ``value`` (any array-like of the parameter's size) into state ``name`` of parameter ``i``."""
         o, n = int(self.offsets[i]), int(self.numels[i])
         arr = np.asarray(value)
+        lay = self.layouts[i]
+        if lay is not None and arr.size != n and tuple(arr.shape) == self.local_shapes[i]:
+            arr = np.asarray(lay.from_param(arr))  # laid out like the parameter: take this process's piece
         if arr.size != n:
             raise OptimizerError(
                 f"{self.opt_name}: optimizer state '{name}' has {arr.size} elements but {self.labels[i]} has "

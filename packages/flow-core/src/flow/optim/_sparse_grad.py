@@ -65,6 +65,7 @@ def sparse_step(
     with them, ``update(group, rows)`` updates one parameter's rows and returns the state names it
     wrote; groups where ``densify(group)`` holds get their sparse gradients as dense ones (SGD with
     momentum: PyTorch's sparse momentum buffer gives the dense update)."""
+    from flow.optim._flat import state_layout
     from flow.optim.optimizer import Optimizer
     from flow.sparse import SparseTensor
 
@@ -84,6 +85,12 @@ def sparse_step(
                         f"{type(opt).__name__}: a parameter of shape {tuple(p.shape)} ({p.dtype}) has a sparse "
                         f"gradient of shape {tuple(g.shape)} ({g.dtype}, sparse_dim {g.sparse_dim()}); expected "
                         "its shape and dtype with one sparse dim (rows)"
+                    )
+                if state_layout(p) is not None:  # its state is a piece (ZeRO): rows index the whole
+                    raise OptimizerError(
+                        f"{type(opt).__name__}: a parameter of shape {tuple(p.shape)} has a sparse gradient, "
+                        "but its optimizer state has a layout of its own (flow.optim state_layout, e.g. ZeRO); "
+                        "sparse row updates need the whole state: use a dense gradient (sparse=False)"
                     )
                 found.append((gi, group, p, g))
     if not found:
