@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
 import flow
-from flow_dist.plan import Cluster, DeviceProfile, Link, Strategy, gpt_workload, search, simulate, step_cost, trace_step
+from flow_dist.plan import (
+    Cluster,
+    DeviceProfile,
+    Link,
+    Strategy,
+    calibrate,
+    gpt_workload,
+    search,
+    simulate,
+    step_cost,
+    trace_step,
+)
 from flow_dist.plan import devices as D
 from flow_dist.plan.collectives import collective_time, fit_alpha_beta, hierarchical_time
 from flow_dist.plan.cost import op_cost
@@ -142,7 +154,12 @@ def test_gpt_step_flops_match_the_6nd_rule_plus_attention(tiny_gpt):
 
 
 # -- devices ---------------------------------------------------------------------------------------
-def test_device_profiles_and_the_cpu_override(monkeypatch, tmp_path):
+@pytest.fixture(scope="module")
+def calibrated_cpu():
+    return calibrate.calibrate_cpu(0.1)  # short: the test checks the structure, not the figures
+
+
+def test_device_profiles_and_the_cpu_override(monkeypatch, tmp_path, calibrated_cpu):
     assert D.H200.effective_flops == pytest.approx(790e12 * 0.45) and D.H200.memory == 141e9
     with pytest.raises(ValueError, match="flops"):
         DeviceProfile("x", flops=0, mem_bandwidth=1)
@@ -158,11 +175,11 @@ def test_device_profiles_and_the_cpu_override(monkeypatch, tmp_path):
     monkeypatch.delenv(D.CPU_PROFILE_ENV)
     monkeypatch.setenv("FLOW_CACHE_DIR", str(tmp_path))
     calls = []
-    real = D.measure_cpu
-    monkeypatch.setattr(D, "measure_cpu", lambda: calls.append(1) or real(0.05))
+    monkeypatch.setattr(calibrate, "calibrate_cpu", lambda: calls.append(1) or calibrated_cpu)
     a, b = D.cpu_profile(), D.cpu_profile()
     assert a == b and calls == [1] and a.flops > 1e8 and a.mem_bandwidth > 1e8
-    assert json.loads((tmp_path / "plan" / "cpu.json").read_text())["flops"] == a.flops
+    cached = json.loads((tmp_path / "plan" / "cpu-calibrated.json").read_text())
+    assert cached["flops"] == a.flops and len(cached["gemm_curve"]) == len(a.gemm_curve) > 3
 
 
 # -- collectives -----------------------------------------------------------------------------------
@@ -230,17 +247,19 @@ def test_fit_alpha_beta_recovers_a_line_and_cluster_reads_the_json(tmp_path):
     path.write_text("{}")
     with pytest.raises(ValueError, match="ping_pong"):
         Cluster.local(2, str(path), dev)
-    # a rank given half a core runs at half the device's rates
-    half = Cluster.local(2, None, dev, cpu_share=0.5).device
-    assert half.flops == dev.flops / 2 and half.mem_bandwidth == dev.mem_bandwidth / 2
+    # a rank given half a core takes twice as long for everything
+    half = Cluster.local(2, None, dev, cpu_share=0.5, cores=2).device
+    assert half.slowdown == 2 and half.flops == dev.flops
     with pytest.raises(ValueError, match="cpu_share"):
         Cluster.local(2, None, dev, cpu_share=0)
 
 
 # -- simulate ----------------------------------------------------------------------------------
 def test_more_dp_ranks_less_compute_per_rank_and_zero_saves_memory(tiny_gpt):
-    r1 = simulate(tiny_gpt, Cluster.h200(1), Strategy(dp=1), 64)
-    r8 = simulate(tiny_gpt, Cluster.h200(8), Strategy(dp=8), 64)
+    # without the launch cost per op, which a tiny model's step is dominated by and DP does not divide
+    bare = dataclasses.replace(D.H200, eager_overhead=0.0, graph_overhead=0.0)
+    r1 = simulate(tiny_gpt, dataclasses.replace(Cluster.h200(1), device=bare), Strategy(dp=1), 64)
+    r8 = simulate(tiny_gpt, dataclasses.replace(Cluster.h200(8), device=bare), Strategy(dp=8), 64)
     assert r8.compute_time < r1.compute_time / 4 and r8.comm_volume["dp"] > 0 == r1.comm_volume["dp"]
     mem = [simulate(tiny_gpt, Cluster.h200(8), Strategy(dp=8, zero_stage=z), 64).memory for z in range(4)]
     assert mem[1]["optimizer"] == pytest.approx(mem[0]["optimizer"] / 8)
@@ -262,8 +281,10 @@ def test_pipeline_bubble_tp_collectives_and_bad_strategies(tiny_gpt):
         assert r.comm_volume["pp"] > 0 and any(k == "pipeline bubble" for k, _ in r.critical_path)
     tp = simulate(tiny_gpt, c, Strategy(tp=2), 8)
     act = 8 * 16 * 32 * 2  # micro-batch x seq x hidden, bf16
-    # 2 all-reduces in forward and 2 in backward per block, each sending 2 (p-1)/p of the message
-    assert tp.comm_volume["tp"] == pytest.approx(4 * 2 * 2 * 0.5 * act)
+    # 2 all-reduces in forward and 2 in backward per block, each sending 2 (p-1)/p of the message,
+    # plus the vocabulary-parallel embedding and head (2 of the activation, 3 of one value per token)
+    row = 8 * 16 * 2
+    assert tp.comm_volume["tp"] == pytest.approx(2 * 0.5 * (4 * 2 * act + 2 * act + 3 * row))
     assert tp.memory["parameters"] == pytest.approx(
         simulate(tiny_gpt, Cluster.h200(1), Strategy(), 8).memory["parameters"] / 2
     )
@@ -300,3 +321,141 @@ def test_cli_prints_a_table(capsys):
     assert rows[0][1:6] == ["dp1", "tp1", "pp1", "m1", "z0"]
     with pytest.raises(SystemExit):
         main(["--gpus", "eight"])
+
+
+# -- calibration and oversubscription --------------------------------------------------------------
+def _calibrated(**kw):
+    base = dict(
+        name="cal",
+        flops=1e10,
+        mem_bandwidth=1e10,
+        dtype_bytes=8,
+        fuses_elementwise=False,
+        gemm_curve=((1e6, 0.1), (1e8, 0.5), (1e10, 0.9)),
+        linear_curve=((1e6, 0.05), (1e10, 0.5)),
+        op_seconds=(("gelu", 2e-8), ("add", 1e-9)),
+        eager_overhead=10e-6,
+        graph_overhead=1e-6,
+    )
+    return DeviceProfile(**{**base, **kw})
+
+
+def test_gemm_efficiency_curve_interpolates_in_log_flops_and_clamps():
+    dev = _calibrated()
+    assert dev.gemm_efficiency(1e7) == pytest.approx(0.3)  # halfway between 1e6 and 1e8 in log
+    assert dev.gemm_efficiency(1e2) == 0.1 and dev.gemm_efficiency(1e12) == 0.9
+    assert dev.gemm_efficiency(1e8, "linear") == pytest.approx(0.275)  # linear has its own curve
+    assert _calibrated(linear_curve=()).gemm_efficiency(1e8, "linear") == 0.5  # else the GEMM's
+    assert D.H200.gemm_efficiency(1e12) == 0.45 and D.H200.gemm_efficiency(1e6) < 0.05
+    assert DeviceProfile("x", 1, 1, flops_efficiency=0.7).gemm_efficiency(123.0) == 0.7  # no curve
+    with pytest.raises(ValueError, match="gemm_curve"):
+        _calibrated(gemm_curve=((1e6, 1.5),))
+    with pytest.raises(ValueError, match="op_seconds"):
+        _calibrated(op_seconds=(("gelu", 0.0),))
+    with pytest.raises(ValueError, match="eager_overhead"):
+        _calibrated(eager_overhead=-1.0)
+    with pytest.raises(ValueError, match="mode"):
+        dev.op_overhead("lazy")
+    # the JSON round trip (lists back to tuples) and unknown keys
+    again = DeviceProfile.from_dict(json.loads(json.dumps(dataclasses.asdict(dev))))
+    assert again == dev and hash(again) == hash(dev)
+    with pytest.raises(ValueError, match="unknown keys"):
+        DeviceProfile.from_dict({**dataclasses.asdict(dev), "turbo": 1})
+
+
+def test_calibrated_op_times_overheads_and_slowdown():
+    from flow_dist.plan.cost import OpCost
+    from flow_dist.plan.simulate import _scaled
+
+    dev = _calibrated()
+    # a batched product: 8 products of 1e7 FLOPs each run at the 1e7 point of the curve
+    mm = OpCost("matmul", 8e7, 1e6, "contraction", calls=8.0)
+    assert mm.time(dev) == pytest.approx(1e-6 + 8e7 / (1e10 * 0.3))
+    assert mm.time(dev, "eager") == pytest.approx(10e-6 + 8e7 / (1e10 * 0.3))
+    # twice the micro-batch: twice the products of the same size; a linear gets one larger product
+    assert _scaled(mm, 2).calls == 16 and _scaled(mm, 2).time(dev) == pytest.approx(1e-6 + 16e7 / 3e9)
+    lin = OpCost("linear", 1e8, 1e6, "contraction")
+    assert _scaled(lin, 100).calls == 1 and lin.time(dev) == pytest.approx(1e-6 + 1e8 / (1e10 * 0.275))
+    # a calibrated elementwise op takes its measured time per element, an uncalibrated one the roofline
+    gelu = OpCost("gelu", 8e4, 1.6e5, "per_element", passes=8, elements=1e4)
+    assert gelu.time(dev) == pytest.approx(1e-6 + 1e4 * 2e-8)
+    where = OpCost("where", 1e4, 3.2e5, "elementwise", elements=1e4)
+    assert where.time(dev) == pytest.approx(1e-6 + 3.2e5 / 1e10)
+    # views: free in a graph, a dispatch in eager; collectives are costed elsewhere
+    view = OpCost("reshape", 0, 0, "view")
+    assert view.time(dev) == 0 and view.time(dev, "eager") == 10e-6
+    assert OpCost("sbp_boxing", 0, 0, "comm").time(dev, "eager") == 0
+    slow = dataclasses.replace(dev, slowdown=2.0)
+    assert gelu.time(slow) == pytest.approx(2 * gelu.time(dev)) and view.time(slow, "eager") == 20e-6
+
+
+def test_oversubscription_and_background_load_formulas(tmp_path):
+    from flow_dist.plan.calibrate import background_load
+    from flow_dist.plan.cluster import oversubscription
+
+    assert oversubscription(1, 2) == 1 and oversubscription(2, 2) == 1 and oversubscription(4, 2) == 2
+    assert oversubscription(2, 2, background=1.0) == 1.5 and oversubscription(1, 2, background=0.5) == 1
+    with pytest.raises(ValueError, match="ranks >= 1"):
+        oversubscription(0, 2)
+    # runnable threads sampled during a run of 2 ranks: the ranks and the sampler are not background
+    assert background_load([3, 3, 3], 2) == 0 and background_load([5, 6], 2) == pytest.approx(2.5)
+    assert background_load([1], 2) == 0
+    with pytest.raises(ValueError, match="sample"):
+        background_load([], 2)
+    dev = _calibrated()
+    c4 = Cluster.local(4, None, dev, cores=2)
+    assert c4.cores == 2 and c4.device.slowdown == 2 and Cluster.local(2, None, dev, cores=2).device.slowdown == 1
+    assert Cluster.local(2, None, dev, cores=2, background=2.0).device.slowdown == 2
+    # send/recv takes the ping-pong fit at the same rank count, collectives the all-reduce fit
+    path = tmp_path / "mpi.json"
+    fits = {
+        "ping_pong": {"alpha": 1e-4, "beta": 1e-9},
+        "ping_pong_by_ranks": {"4": {"alpha": 5e-3, "beta": 1e-9}},
+        "all_reduce": {"4": {"alpha": 3e-2, "beta": 3e-9}},
+    }
+    path.write_text(json.dumps(fits))
+    c = Cluster.local(4, str(path), dev, cores=2)
+    assert c.collective("send_recv", 0.0, 2, 2) == 0 and c.collective("send_recv", 1e3, 2, 2) == pytest.approx(
+        5e-3 + 1e-6
+    )
+    assert c.collective("all_reduce", 1e6, 4) == pytest.approx(3e-2 + 1e6 * 3e-9)
+    assert Cluster.local(2, str(path), dev).collective("send_recv", 1e3, 2) == pytest.approx(1e-4 + 1e-6)
+
+
+def test_compute_scales_with_ranks_per_core_and_eager_pays_dispatch(tiny_gpt):
+    dev = _calibrated()
+    st = Strategy(dp=4, overlap=False)
+    on4 = simulate(tiny_gpt, Cluster.local(4, None, dev, cores=4), st, 8)
+    on2 = simulate(tiny_gpt, Cluster.local(4, None, dev, cores=2), st, 8)
+    assert on2.compute_time == pytest.approx(2 * on4.compute_time)
+    eager = dataclasses.replace(tiny_gpt, mode="eager")
+    g, e = (simulate(w, Cluster.local(1, None, dev), Strategy(), 2) for w in (tiny_gpt, eager))
+    ops = len(tiny_gpt.rest) + 2 * len(tiny_gpt.layer) + len(tiny_gpt.optimizer)
+    views = sum(c.rule == "view" for c in tiny_gpt.rest) + 2 * sum(c.rule == "view" for c in tiny_gpt.layer)
+    comm = sum(c.rule == "comm" for c in tiny_gpt.rest + tiny_gpt.layer)
+    # eager: 10 us for every op, views included; graph: 1 us for every op but the views
+    extra = (ops - comm) * 10e-6 - (ops - comm - views) * 1e-6
+    assert e.compute_time - g.compute_time == pytest.approx(extra)
+
+
+def test_tp_on_the_gpt_counts_13_all_reduces_a_step(tiny_gpt):
+    # latency only: each all-reduce of 2 ranks costs 2 alpha, whatever its size
+    c = Cluster(2, 2, Link(1e-3, 1e18), Link(1e-3, 1e18), _calibrated())
+    r = simulate(tiny_gpt, c, Strategy(tp=2), 8)
+    assert r.comm_time["tp"] == pytest.approx(13 * 2e-3)  # 4 per block x 2 blocks + embedding, head, loss
+    mlp_only = simulate(tiny_gpt, c, Strategy(tp=2, tp_scopes=("mlp",)), 8)
+    assert mlp_only.comm_time["tp"] == pytest.approx(4 * 2e-3)
+
+
+def test_calibrate_cpu_measures_every_kind(calibrated_cpu):
+    from flow_dist.plan.calibrate import runnable
+
+    p = calibrated_cpu
+    assert len(p.gemm_curve) >= 5 and len(p.linear_curve) >= 5 and p.flops > 1e8
+    names = {n for n, _ in p.op_seconds}
+    assert {"gelu", "gelu_backward", "layer_norm_backward", "softmax", "add", "adam_update"} <= names
+    # a tanh per element costs more than an add per element (the roofline had them alike)
+    assert p.seconds_per_element("gelu") > 2 * p.seconds_per_element("add")
+    assert 0 < p.graph_overhead and 0 < p.eager_overhead < 1e-3
+    r = runnable()
+    assert r is None or r >= 1  # this test's own thread is running while it reads

@@ -1,7 +1,9 @@
 """Cost model and simulator: predict the step time and memory of a training step on a cluster.
 
 * :mod:`.cost`: FLOPs and bytes per op of a traced step (a formula table, a generic fallback);
-* :mod:`.devices`: device profiles (this CPU measured once and cached, an H200);
+* :mod:`.devices`: device profiles (this CPU calibrated once and cached, an H200 with stated assumptions);
+* :mod:`.calibrate`: the CPU's calibration per op kind (GEMM efficiency by size, per-element rates,
+  dispatch cost per op in eager and graph mode) and the probe of other jobs' load;
 * :mod:`.cluster` and :mod:`.collectives`: a topology and alpha-beta times of the collectives;
 * :mod:`.workload`: a model + input spec traced into per-layer costs;
 * :mod:`.simulate`: ``simulate(workload, cluster, Strategy(dp, tp, pp, micro_batches, zero_stage))``;
@@ -10,7 +12,8 @@
 See ``docs/scaling.md``.
 """
 
-from flow_dist.plan.cluster import Cluster
+from flow_dist.plan.calibrate import calibrate_cpu
+from flow_dist.plan.cluster import Cluster, oversubscription
 from flow_dist.plan.collectives import Link
 from flow_dist.plan.cost import OpCost, StepCost, op_cost, step_cost
 from flow_dist.plan.devices import CPU_PROFILE_ENV, H200, DeviceProfile, cpu_profile
@@ -28,9 +31,11 @@ __all__ = [
     "StepCost",
     "Strategy",
     "Workload",
+    "calibrate_cpu",
     "cpu_profile",
     "gpt_workload",
     "op_cost",
+    "oversubscription",
     "search",
     "simulate",
     "step_cost",

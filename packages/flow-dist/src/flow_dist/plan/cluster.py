@@ -27,6 +27,8 @@ class Cluster:
     inter_link: Link
     device: D.DeviceProfile = D.H200
     algorithm: str = "best"
+    cores: int | None = None  # CPU cores the ranks share (Cluster.local); None: one device per rank
+    p2p_link: Link | None = None  # send/recv's link when it differs from the collectives' (measured apart)
 
     def __post_init__(self) -> None:
         if self.devices < 1 or self.gpus_per_node < 1:
@@ -53,7 +55,7 @@ class Cluster:
         local, nodes = self.group_shape(size, stride)
         if kind == "send_recv":
             link = self.inter_link if stride >= self.gpus_per_node else self.intra_link
-            return collective_time(kind, nbytes, 2, link)
+            return collective_time(kind, nbytes, 2, self.p2p_link or link)
         return hierarchical_time(kind, nbytes, local, nodes, self.intra_link, self.inter_link, self.algorithm)
 
     @classmethod
@@ -75,35 +77,57 @@ class Cluster:
         alpha_beta: str | dict | None = None,
         device: D.DeviceProfile | None = None,
         cpu_share: float | None = None,
+        cores: int | None = None,
+        background: float = 0.0,
     ) -> "Cluster":
-        """This machine as ``ranks`` MPI processes: the link from benchmarks/mpi_alpha_beta.py's JSON
-        (a path or the loaded dict: its all-reduce fit at ``ranks``, else the ping-pong fit), the
-        device from :func:`cpu_profile`, each rank getting ``cpu_share`` of a core (default: all of
-        one, or cores / ranks when there are more ranks than cores)."""
-        link = Link(20e-6, 2e9)  # a shared-memory MPI's order of magnitude when nothing was measured
+        """This machine as ``ranks`` MPI processes on ``cores`` cores (default: this machine's), with
+        ``background`` other runnable jobs: the link from benchmarks/mpi_alpha_beta.py's JSON (a path
+        or the loaded dict; its all-reduce and ping-pong fits at ``ranks``, measured under the same
+        oversubscription), the device from :func:`cpu_profile`, compute slowed by
+        :func:`oversubscription` (``cpu_share`` of a core per rank overrides it)."""
+        cores = cores or os.cpu_count() or 1
+        link = p2p = Link(20e-6, 2e9)  # a shared-memory MPI's order of magnitude when nothing was measured
         if alpha_beta is not None:
-            data = alpha_beta
-            if isinstance(alpha_beta, str):
-                with open(alpha_beta) as f:
-                    data = json.load(f)
-            try:
-                ar = data.get("all_reduce", {}).get(str(ranks))
-                if ar is not None and ranks > 1:
-                    # the measured all-reduce fit A + n B read back as the ring formula's link:
-                    # 2 (p-1) alpha = A, 2 (p-1)/p beta = B (oversubscribed cores make it far from ping-pong)
-                    k = 2 * (ranks - 1)
-                    link = Link(float(ar["alpha"]) / k, k / (ranks * float(ar["beta"])))
-                else:
-                    pp = data["ping_pong"]
-                    link = Link(float(pp["alpha"]), 1.0 / float(pp["beta"]))
-            except (KeyError, TypeError, ZeroDivisionError, AttributeError) as e:
-                raise ValueError(f"alpha-beta JSON: expected {{'ping_pong': {{'alpha', 'beta'}}}}: {e}") from None
+            link, p2p = _measured_links(alpha_beta, ranks)
         dev = device or D.cpu_profile()
         if cpu_share is None:
-            # oversubscribed: the ranks share the cores (and their memory bandwidth) in turn
-            cpu_share = min(1.0, (os.cpu_count() or 1) / ranks)
+            cpu_share = 1.0 / oversubscription(ranks, cores, background)
         if not 0 < cpu_share <= 1:
             raise ValueError(f"Cluster.local: cpu_share must be in (0, 1], got {cpu_share}")
         if cpu_share < 1:
-            dev = dataclasses.replace(dev, flops=dev.flops * cpu_share, mem_bandwidth=dev.mem_bandwidth * cpu_share)
-        return cls(ranks, ranks, link, link, dev, "ring")
+            # the ranks take turns on the cores: every op (and its dispatch) takes 1 / share as long
+            dev = dataclasses.replace(dev, slowdown=dev.slowdown / cpu_share)
+        return cls(ranks, ranks, link, link, dev, "ring", cores=cores, p2p_link=p2p)
+
+
+def oversubscription(ranks: int, cores: int, background: float = 0.0) -> float:
+    """How much longer compute takes when ``ranks`` busy processes and ``background`` other runnable
+    jobs share ``cores`` cores: ``(ranks + background) / cores``, at least 1 (a fair scheduler gives
+    each runnable process ``cores / runnable`` of a core)."""
+    if ranks < 1 or cores < 1 or background < 0:
+        raise ValueError(
+            f"oversubscription: need ranks >= 1, cores >= 1, background >= 0; got {ranks}, {cores}, {background}"
+        )
+    return max(1.0, (ranks + background) / cores)
+
+
+def _measured_links(alpha_beta: str | dict, ranks: int) -> tuple:
+    """(collective link, point-to-point link) at ``ranks`` from mpi_alpha_beta.py's JSON."""
+    data = alpha_beta
+    if isinstance(alpha_beta, str):
+        with open(alpha_beta) as f:
+            data = json.load(f)
+    try:
+        pp = data.get("ping_pong_by_ranks", {}).get(str(ranks)) or data["ping_pong"]
+        p2p = Link(float(pp["alpha"]), 1.0 / float(pp["beta"]))
+        ar = data.get("all_reduce", {}).get(str(ranks))
+        if ar is not None and ranks > 1:
+            # the measured all-reduce fit A + n B read back as the ring formula's link:
+            # 2 (p-1) alpha = A, 2 (p-1)/p beta = B (oversubscribed cores make it far from ping-pong)
+            k = 2 * (ranks - 1)
+            link = Link(float(ar["alpha"]) / k, k / (ranks * float(ar["beta"])))
+        else:
+            link = p2p
+    except (KeyError, TypeError, ZeroDivisionError, AttributeError) as e:
+        raise ValueError(f"alpha-beta JSON: expected {{'ping_pong': {{'alpha', 'beta'}}}}: {e}") from None
+    return link, p2p

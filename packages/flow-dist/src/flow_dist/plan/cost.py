@@ -62,14 +62,34 @@ class OpCost:
     phase: str = ""
     scope: str = ""
     passes: int = 1  # passes over its operands an unfused implementation makes (one per FLOP per element)
+    elements: float = 0.0  # elements of its largest operand (parameter elements of an optimizer update)
+    calls: float = 1.0  # independent matrix products of a batched contraction (heads x sequences)
 
-    def time(self, device) -> float:
-        """Roofline time on ``device``: bound by its compute or by its memory bandwidth. A device that
-        does not fuse elementwise work (NumPy on a CPU) reads and writes the operands once per pass."""
-        if self.rule in ("view", "comm"):
+    def time(self, device, mode: str = "graph") -> float:
+        """Seconds on ``device``: the framework's fixed cost per op in ``mode`` plus the work. A matrix
+        product runs at the device's efficiency for its size; an op with a measured per-element
+        throughput takes that; the rest the roofline time, bound by compute or by memory bandwidth
+        (a device that does not fuse elementwise work, NumPy on a CPU, moves the operands once per pass)."""
+        if self.rule == "comm":
             return 0.0
-        traffic = self.bytes if device.fuses_elementwise else self.bytes * self.passes
-        return max(self.flops / device.effective_flops, traffic / device.effective_bandwidth)
+        overhead = device.op_overhead(mode)
+        if self.rule == "view":
+            # the graph executor hands out views without dispatching; eager still runs each call
+            return overhead * device.slowdown if mode == "eager" else 0.0
+        if self.rule == "contraction" and self.flops:
+            per = self.flops / max(self.calls, 1.0)
+            # still bound by its memory traffic: a product with a short contraction (attention's
+            # head size) moves more bytes per FLOP than a large one
+            compute = self.flops / (device.flops * device.gemm_efficiency(per, self.name))
+            work = max(compute, self.bytes / device.effective_bandwidth)
+        else:
+            sec = device.seconds_per_element(self.name) if self.elements else None
+            if sec is not None:
+                work = sec * self.elements
+            else:
+                traffic = self.bytes if device.fuses_elementwise else self.bytes * self.passes
+                work = max(self.flops / device.effective_flops, traffic / device.effective_bandwidth)
+        return (overhead + work) * device.slowdown
 
 
 @dataclass
@@ -144,6 +164,20 @@ def _contraction(node) -> float:
     return 2.0 * _numel(out.shape) * k
 
 
+def _products(node) -> float:
+    """How many independent matrix products a contraction is: the batch dimensions of a batched
+    ``matmul`` (NumPy loops over them, so each runs at the rate of its own size); a ``linear``
+    flattens its leading dimensions into one product."""
+    if node.name not in ("matmul", "bmm", "baddbmm"):
+        return 1.0
+    a, b = list(node.input_values())[:2]
+    if a.ndim <= 2 and b.ndim <= 2:
+        return 1.0
+    if b.ndim <= 2:
+        return 1.0  # (..., m, k) @ (k, n): one product of the flattened rows
+    return float(_numel(node.outputs[0].shape[:-2]))
+
+
 def _conv(node) -> float:
     """2 * (output-gradient or output elements) * (C_in / groups * kernel): the same for forward,
     the input gradient and the weight gradient (each is one convolution of that size)."""
@@ -181,15 +215,17 @@ def op_cost(node) -> OpCost:
     phase = node.tags.get("phase", "")
     io = float(_io_bytes(node))
 
-    def make(flops, bytes_, rule, passes=1):
-        return OpCost(name, float(flops), float(bytes_), rule, phase, node.scope, passes)
+    largest = max([_numel(v.shape) for v in node.input_values()] + [_numel(o.shape) for o in node.outputs] + [1])
+
+    def make(flops, bytes_, rule, passes=1, elements=largest, calls=1.0):
+        return OpCost(name, float(flops), float(bytes_), rule, phase, node.scope, passes, float(elements), calls)
 
     if name in VIEW_OPS:
         return make(0, 0, "view")
     if name in COMM_OPS or getattr(node.op, "collective", False):
         return make(0, 0, "comm")
     if name in ("matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "einsum_mm"):
-        return make(_contraction(node), io, "contraction")
+        return make(_contraction(node), io, "contraction", calls=_products(node))
     if name.startswith("conv") and node.outputs:
         return make(_conv(node), io, "conv")
     if "pool" in name:
@@ -203,14 +239,13 @@ def op_cost(node) -> OpCost:
         params = first if isinstance(first, list) else [first]
         n = sum(_numel(p.shape) for p in params)
         item = _np_dtype(params[0].dtype).itemsize if params else 4
-        return make(per * n, arrays * n * item, "optimizer")
+        return make(per * n, arrays * n * item, "optimizer", elements=n)
     if name in ("embedding",):
         out = node.outputs[0]
         return make(0, 2 * _tensor_bytes(out) + sum(_tensor_bytes(v) for v in list(node.input_values())[1:]), "gather")
     if name in ("embedding_backward",):
         grad = next(node.input_values())
         return make(_numel(grad.shape), io, "scatter_add")
-    largest = max([_numel(v.shape) for v in node.input_values()] + [_numel(o.shape) for o in node.outputs] + [1])
     if name in PER_ELEMENT:
         return make(PER_ELEMENT[name] * largest, io, "per_element", PER_ELEMENT[name])
     if name in REDUCTIONS:

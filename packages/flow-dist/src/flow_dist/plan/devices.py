@@ -12,9 +12,10 @@ measures this machine once (float64 GEMMs and a large copy) and caches the figur
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -24,7 +25,13 @@ CPU_PROFILE_ENV = "FLOW_PLAN_CPU_PROFILE"
 @dataclass(frozen=True)
 class DeviceProfile:
     """One accelerator (or CPU process): ``flops`` peak FLOP/s, ``mem_bandwidth`` bytes/s, ``memory`` bytes;
-    ``flops_efficiency`` and ``bw_efficiency`` the fractions of peak a real step reaches."""
+    ``flops_efficiency`` and ``bw_efficiency`` the fractions of peak a real step reaches.
+
+    A calibrated profile also has ``gemm_curve`` (``(FLOPs of one matrix product, fraction of
+    ``flops``)`` points: small products run far below peak), ``op_seconds`` (``(op name, seconds per
+    element)``: measured throughput of the ops whose cost is not their memory traffic, such as a
+    ``tanh``), the framework's fixed cost per op in eager and in graph mode, and ``slowdown`` (compute
+    time multiplied by it: more ranks than cores, or a shared machine)."""
 
     name: str
     flops: float
@@ -34,14 +41,42 @@ class DeviceProfile:
     bw_efficiency: float = 1.0
     dtype_bytes: int = 4
     fuses_elementwise: bool = True  # a GPU kernel makes one pass; NumPy one per elementary operation
+    gemm_curve: tuple = ()
+    linear_curve: tuple = ()  # the same for ``linear`` (x @ w.T + b); empty: ``gemm_curve``
+    op_seconds: tuple = ()
+    eager_overhead: float = 0.0
+    graph_overhead: float = 0.0
+    slowdown: float = 1.0
 
     def __post_init__(self) -> None:
-        for what in ("flops", "mem_bandwidth", "memory"):
+        for what in ("flops", "mem_bandwidth", "memory", "slowdown"):
             if not getattr(self, what) > 0:
                 raise ValueError(f"DeviceProfile {self.name!r}: {what} must be > 0, got {getattr(self, what)}")
         for what in ("flops_efficiency", "bw_efficiency"):
             if not 0 < getattr(self, what) <= 1:
                 raise ValueError(f"DeviceProfile {self.name!r}: {what} must be in (0, 1], got {getattr(self, what)}")
+        for what in ("eager_overhead", "graph_overhead"):
+            if not getattr(self, what) >= 0:
+                raise ValueError(f"DeviceProfile {self.name!r}: {what} must be >= 0, got {getattr(self, what)}")
+        # JSON gives lists: store tuples so the profile stays hashable
+        for what in ("gemm_curve", "linear_curve"):
+            curve = tuple(sorted((float(f), float(e)) for f, e in getattr(self, what)))
+            if any(not (f > 0 and 0 < e <= 1) for f, e in curve):
+                raise ValueError(f"DeviceProfile {self.name!r}: {what} needs FLOPs > 0, efficiency in (0, 1]: {curve}")
+            object.__setattr__(self, what, curve)
+        ops = tuple((str(n), float(s)) for n, s in self.op_seconds)
+        if any(not s > 0 for _, s in ops):
+            raise ValueError(f"DeviceProfile {self.name!r}: op_seconds must be > 0 per element: {ops}")
+        object.__setattr__(self, "op_seconds", ops)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DeviceProfile":
+        """A profile from its JSON form (``dataclasses.asdict``); a key it does not know is an error."""
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(data) - known)
+        if extra:
+            raise ValueError(f"DeviceProfile: unknown keys {extra}")
+        return cls(**data)
 
     @property
     def effective_flops(self) -> float:
@@ -50,6 +85,37 @@ class DeviceProfile:
     @property
     def effective_bandwidth(self) -> float:
         return self.mem_bandwidth * self.bw_efficiency
+
+    def gemm_efficiency(self, matrix_flops: float, op: str = "matmul") -> float:
+        """The fraction of ``flops`` one matrix product of ``matrix_flops`` reaches: ``gemm_curve``
+        (``linear_curve`` for ``op="linear"`` when it has one) interpolated in log(FLOPs), flat beyond
+        its ends; ``flops_efficiency`` without a curve."""
+        c = self.linear_curve if op == "linear" and self.linear_curve else self.gemm_curve
+        if not c:
+            return self.flops_efficiency
+        if matrix_flops <= c[0][0]:
+            return c[0][1]
+        if matrix_flops >= c[-1][0]:
+            return c[-1][1]
+        x = math.log(matrix_flops)
+        for (f0, e0), (f1, e1) in zip(c, c[1:]):
+            if matrix_flops <= f1:
+                t = (x - math.log(f0)) / (math.log(f1) - math.log(f0))
+                return e0 + t * (e1 - e0)
+        return c[-1][1]  # not reached: the loop covers (c[0], c[-1])
+
+    def seconds_per_element(self, op: str) -> float | None:
+        """The measured seconds per element of ``op``, or None when it is not calibrated."""
+        for name, s in self.op_seconds:
+            if name == op:
+                return s
+        return None
+
+    def op_overhead(self, mode: str) -> float:
+        """The framework's fixed cost of one op in ``mode`` (``"eager"`` or ``"graph"``)."""
+        if mode not in ("eager", "graph"):
+            raise ValueError(f"DeviceProfile.op_overhead: mode must be 'eager' or 'graph', got {mode!r}")
+        return self.eager_overhead if mode == "eager" else self.graph_overhead
 
 
 H200 = DeviceProfile(
@@ -60,6 +126,14 @@ H200 = DeviceProfile(
     flops_efficiency=0.45,
     bw_efficiency=0.8,
     dtype_bytes=2,
+    # assumptions, not measured here: cuBLAS BF16 on Hopper reaches ~45% of peak from products of
+    # ~1e10 FLOPs up (Megatron-LM's figure), and falls off for small ones (a 128^3 product cannot fill
+    # 132 SMs); attention's per-head products (1024 x 1024 x 64, 1.3e8 FLOPs) land near 15%
+    gemm_curve=((4e6, 0.02), (3e8, 0.2), (2e9, 0.35), (1.5e10, 0.45)),
+    # assumed: ~5 us per kernel launch plus the framework's dispatch, in eager and in graph mode alike
+    # (flow's graph executor still launches every node; no CUDA graphs)
+    eager_overhead=5e-6,
+    graph_overhead=5e-6,
 )
 # H200 links: NVLink 4 (900 GB/s per GPU, both directions together: 450 GB/s each way) and one
 # 400 Gb/s InfiniBand NIC per GPU; latencies are NCCL's typical per-hop figures
@@ -71,7 +145,7 @@ IB_ALPHA = 8e-6
 
 def _cache_path() -> str:
     base = os.environ.get("FLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flow")
-    return os.path.join(base, "plan", "cpu.json")
+    return os.path.join(base, "plan", "cpu-calibrated.json")  # a new name: older caches lack the calibration
 
 
 def measure_cpu(seconds: float = 0.5) -> DeviceProfile:
@@ -113,7 +187,7 @@ def cpu_profile(refresh: bool = False) -> DeviceProfile:
     if env:
         if os.path.isfile(env):
             with open(env) as f:
-                return DeviceProfile(**json.load(f))
+                return DeviceProfile.from_dict(json.load(f))
         try:
             gflops, gbps = (float(x) for x in env.split(","))
         except ValueError:
@@ -125,10 +199,12 @@ def cpu_profile(refresh: bool = False) -> DeviceProfile:
     if not refresh and os.path.isfile(path):
         try:
             with open(path) as f:
-                return DeviceProfile(**json.load(f))
+                return DeviceProfile.from_dict(json.load(f))
         except (ValueError, TypeError):
             pass  # a stale or corrupt cache: measure again
-    prof = measure_cpu()
+    from flow_dist.plan import calibrate
+
+    prof = calibrate.calibrate_cpu()
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:

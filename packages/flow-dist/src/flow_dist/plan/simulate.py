@@ -89,7 +89,10 @@ class Report:
 
 
 def _scaled(c: OpCost, s: float) -> OpCost:
-    return OpCost(c.name, c.flops * s, c.bytes * s, c.rule, c.phase, c.scope, c.passes)
+    """``c`` on ``s`` times the work: a batched product gets more (or, split by TP, fewer) products of
+    the same size; a single product (a linear over the flattened tokens) a larger one."""
+    calls = c.calls * s if c.calls > 1 else c.calls
+    return OpCost(c.name, c.flops * s, c.bytes * s, c.rule, c.phase, c.scope, c.passes, c.elements * s, calls)
 
 
 def _split(c: OpCost, tp: int, block_scopes: bool, scopes: tuple | None = None) -> float:
@@ -103,10 +106,10 @@ def _split(c: OpCost, tp: int, block_scopes: bool, scopes: tuple | None = None) 
     return 1.0 / tp
 
 
-def _phase_times(ops, s: float, tp: int, device, block_scopes: bool = True, scopes=None) -> dict:
+def _phase_times(ops, s: float, tp: int, device, block_scopes: bool = True, scopes=None, mode="graph") -> dict:
     out = {"forward": 0.0, "backward": 0.0}
     for c in ops:
-        t = _scaled(c, s * _split(c, tp, block_scopes, scopes)).time(device)
+        t = _scaled(c, s * _split(c, tp, block_scopes, scopes)).time(device, mode)
         out["backward" if c.phase == "backward" else "forward"] += t
     return out
 
@@ -127,8 +130,9 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     mb = batch // (st.dp * st.micro_batches)
     s = mb / w.batch  # costs scale with the micro-batch
     layers = w.n_layer // st.pp
-    lt = _phase_times(w.layer, s, st.tp, dev, scopes=st.tp_scopes)
-    rt = _phase_times(w.rest, s, st.tp, dev, block_scopes=False, scopes=st.tp_scopes)
+    mode = w.mode
+    lt = _phase_times(w.layer, s, st.tp, dev, scopes=st.tp_scopes, mode=mode)
+    rt = _phase_times(w.rest, s, st.tp, dev, block_scopes=False, scopes=st.tp_scopes, mode=mode)
     fwd_mb = layers * lt["forward"] + rt["forward"]
     bwd_mb = layers * lt["backward"] + rt["backward"]
     act_dtype = dev.dtype_bytes
@@ -137,6 +141,15 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     k = st.tp_collectives_per_layer
     tp_mb = k * layers * cluster.collective("all_reduce", act_msg, st.tp, 1) if st.tp > 1 else 0.0
     tp_vol_mb = k * layers * 2 * (st.tp - 1) / st.tp * act_msg if st.tp > 1 else 0.0
+    if st.tp > 1 and st.tp_scopes is None:
+        # the vocabulary-parallel embedding and head: the embedding's partial sums all-reduced
+        # forward, the head's input gradient backward, and the cross-entropy's 3 all-reduces of one
+        # value per token (row max, sum of exponentials, target logit); the stages holding them pay
+        # them (with 2 blocks: 8 + 5 = 13 a step, what flow_dist.parallel's GPT plan issues)
+        row_msg = mb * w.seq * act_dtype
+        tp_mb += 2 * cluster.collective("all_reduce", act_msg, st.tp, 1)
+        tp_mb += 3 * cluster.collective("all_reduce", row_msg, st.tp, 1)
+        tp_vol_mb += 2 * (st.tp - 1) / st.tp * (2 * act_msg + 3 * row_msg)
     pp_mb = 2 * cluster.collective("send_recv", act_msg, 2, st.tp * st.dp) if st.pp > 1 else 0.0
     slot = fwd_mb + bwd_mb + tp_mb + pp_mb
     slots = st.micro_batches + st.pp - 1
@@ -165,7 +178,7 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     dp_exposed = max(0.0, dp_t - backward_total) if st.overlap else dp_t
     z_exposed = max(0.0, z_t - forward_total) if st.overlap else z_t
     opt_share = 1.0 / (st.tp * st.pp * (st.dp if st.zero_stage >= 1 else 1))
-    opt_t = sum(_scaled(c, opt_share).time(dev) for c in w.optimizer)  # fp32 states either way
+    opt_t = sum(_scaled(c, opt_share).time(dev, mode) for c in w.optimizer)  # fp32 states either way
     step = pipeline + dp_exposed + z_exposed + opt_t
     compute = st.micro_batches * (fwd_mb + bwd_mb) + opt_t
     # memory per rank
@@ -193,7 +206,7 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     by: dict = {}
     for ops, mult in ((w.layer, layers), (w.rest, 1)):
         for c in ops:
-            t = _scaled(c, s * _split(c, st.tp, ops is w.layer, st.tp_scopes)).time(dev) * mult * st.micro_batches
+            t = _scaled(c, s * _split(c, st.tp, ops is w.layer, st.tp_scopes)).time(dev, mode) * mult * st.micro_batches
             by[c.name] = by.get(c.name, 0.0) + t
     by["optimizer update"] = opt_t
     for k, v in comm.items():

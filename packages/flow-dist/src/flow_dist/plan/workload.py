@@ -35,6 +35,7 @@ class Workload:
     rest_activation_bytes: float = 0.0
     trace_dtype_bytes: int = 4
     n_head: int = 1
+    mode: str = "graph"  # how the step runs: "graph" (nn.Graph) or "eager"; sets the per-op overhead
 
     @property
     def params(self) -> int:
@@ -138,6 +139,8 @@ def workload_from_ir(
                     c.phase,
                     c.scope,
                     c.passes,
+                    sum(x.elements for x in same) / len(same),
+                    c.calls,
                 )
             )
     lp = sum(n for k, n in params.items() if pat.search("." + k)) / max(traced, 1)
@@ -145,7 +148,10 @@ def workload_from_ir(
     n_layer = traced if n_layer is None else n_layer
     # the optimizer of the real model: scale the traced update by its parameter count
     scale = (rp + lp * n_layer) / max(rp + lp * traced, 1)
-    opt = [OpCost(c.name, c.flops * scale, c.bytes * scale, c.rule, c.phase, c.scope, c.passes) for c in opt]
+    opt = [
+        OpCost(c.name, c.flops * scale, c.bytes * scale, c.rule, c.phase, c.scope, c.passes, c.elements * scale)
+        for c in opt
+    ]
     floats = [o.dtype for nd in ir.nodes for o in nd.outputs if nd.name == "matmul"]
     trace_bytes = _tensor_bytes(_One(floats[0])) if floats else 4
     return Workload(
