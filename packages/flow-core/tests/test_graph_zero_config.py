@@ -51,7 +51,22 @@ class _Entry:
 
 
 # -- enable_zero -------------------------------------------------------------------------------
-def test_enable_zero_stores_the_settings_and_switches_the_pass():
+class _WithZero:
+    """The registry's passes with a 'zero' entry (as when flow-dist is installed)."""
+
+    def __init__(self, passes):
+        self._passes = passes
+
+    def __contains__(self, name):
+        return name == "zero" or name in self._passes
+
+    def __getattr__(self, name):
+        return getattr(self._passes, name)
+
+
+def test_enable_zero_stores_the_settings_and_switches_the_pass(monkeypatch):
+    passes = REGISTRY.passes
+    monkeypatch.setattr(type(REGISTRY), "passes", property(lambda self: _WithZero(passes)))  # with or without flow-dist
     c = GraphConfig()
     assert c.zero is None and FEATURE_PASSES["zero"] == "zero"
     assert not c.pass_enabled(_Entry("zero"))

@@ -79,7 +79,8 @@ def test_bad_model_or_placement():
 
 
 def gpt():
-    from flow_models.nlp.gpt import GPT, GPTConfig
+    zoo = pytest.importorskip("flow_models.nlp.gpt", reason="the zoo (flow-models) is not installed")
+    GPT, GPTConfig = zoo.GPT, zoo.GPTConfig
 
     flow.manual_seed(0)
     return GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32, dropout=0.0))

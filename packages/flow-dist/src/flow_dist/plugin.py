@@ -76,6 +76,7 @@ def flow_register_api(registry) -> None:
     from flow_dist.ddp import DistributedDataParallel
     from flow_dist.global_array import GlobalArray
     from flow_dist.handler import global_handler
+    from flow_dist.pipeline import graph as pipeline_graph
     from flow_dist.placement import placement
 
     registry.register_api("placement", placement)
@@ -92,6 +93,7 @@ def flow_register_api(registry) -> None:
     registry.register_api("distributed.impl", torch_api)  # what flow.distributed (torch's API) runs on
     registry.register_api("distributed.checkpoint", dcp)  # flow.distributed.checkpoint runs on it
     registry.register_api("graph.auto_parallel", auto_parallel.graph_prepare)  # graph.config.enable_auto_parallel
+    registry.register_api("graph.pipeline", pipeline_graph.run_pipeline_graph)  # blocks with set_stage
     array_kinds.register_array_kind(GlobalArray, global_handler)
     register_library_dir(os.path.dirname(os.path.abspath(__file__)))  # graph nodes name the user's lines
     if env.get_world_size() > 1:

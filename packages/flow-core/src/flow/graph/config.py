@@ -20,6 +20,7 @@ class BlockConfig:
         self._owner = owner
         self._activation_checkpointing = False
         self._stage_id = None
+        self._placement = None
 
     @property
     def activation_checkpointing(self) -> bool:
@@ -44,8 +45,25 @@ class BlockConfig:
         if self._owner is not None:
             self._owner._changed()
 
+    @property
+    def placement(self):
+        """Where this block's stage runs (a ``flow.placement``), set with :meth:`set_stage`; None if unset."""
+        return self._placement
+
+    def set_stage(self, stage_id: int, placement=None) -> None:
+        """Run this block as pipeline stage ``stage_id`` on ``placement`` (OneFlow's
+        ``block.config.set_stage``): with flow-dist loaded and more than one rank, the graph runs its
+        step as a pipeline of the stages (see docs/distributed.md, "Pipeline parallelism")."""
+        if isinstance(stage_id, bool) or not isinstance(stage_id, int) or stage_id < 0:
+            raise ValueError(f"set_stage: stage_id must be a non-negative int, got {stage_id!r}")
+        if placement is not None and not hasattr(placement, "ranks"):
+            raise TypeError(f"set_stage: placement must be a flow.placement, got {type(placement).__name__}")
+        self._placement = placement
+        self.stage_id = stage_id
+
     def key(self) -> tuple:
-        return (self._activation_checkpointing, self._stage_id)
+        p = self.placement
+        return (self._activation_checkpointing, self._stage_id, None if p is None else repr(p))
 
     def __repr__(self) -> str:
         return f"BlockConfig(activation_checkpointing={self._activation_checkpointing}, stage_id={self._stage_id})"

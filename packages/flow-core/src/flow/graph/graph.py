@@ -60,6 +60,24 @@ class Block:
     def stage_id(self):
         return self._config.stage_id
 
+    @property
+    def placement(self):
+        return self._config.placement
+
+    def set_stage(self, stage_id: int, placement=None) -> "Block":
+        """Make this block pipeline stage ``stage_id`` on ``placement`` (see ``BlockConfig.set_stage``)."""
+        self._config.set_stage(stage_id, placement)
+        return self
+
+    def to(self, *args, **kwargs):
+        """``block.to(flow.nn.graph.GraphModule)`` is the block itself (OneFlow's API); anything else
+        is the module's ``to`` (a device or dtype)."""
+        if len(args) == 1 and not kwargs and args[0] is Block:
+            return self
+        if len(args) == 1 and not kwargs and isinstance(args[0], type):
+            raise TypeError(f"block.to: a graph block converts to flow.nn.graph.GraphModule only, not {args[0]!r}")
+        return self._module.to(*args, **kwargs)
+
     def __call__(self, *args, **kwargs):
         return self._module(*args, **kwargs)
 
@@ -216,17 +234,30 @@ class Graph(Runner):
                 args, kwargs = loaded
         if self.config.auto_parallel is not None:
             args, kwargs = self._auto_parallel(args, kwargs)
-        n = self.config.gradient_accumulation_steps
-        if n > 1:
-            from flow.graph.accumulate import run_accumulated
+        out = self._run_pipeline(args, kwargs)
+        if out is NotImplemented:
+            n = self.config.gradient_accumulation_steps
+            if n > 1:
+                from flow.graph.accumulate import run_accumulated
 
-            out = run_accumulated(self, args, kwargs, n)
-        else:
-            out = self._run(args, kwargs)
+                out = run_accumulated(self, args, kwargs, n)
+            else:
+                out = self._run(args, kwargs)
         for _, sch in self._opts:
             if sch is not None:
                 sch.step()
         return out
+
+    def _run_pipeline(self, args: tuple, kwargs: dict):
+        """A graph whose block has a pipeline stage (``set_stage``) runs as a pipeline through the
+        plugin hook ``graph.pipeline`` (flow-dist, with more than one rank); NotImplemented when no
+        block has a stage, no plugin provides the hook, or the hook declines (one rank)."""
+        if not any(b.config.stage_id is not None for b in self._blocks.values()):
+            return NotImplemented
+        from flow import provided
+
+        hook = provided.get("graph.pipeline")
+        return NotImplemented if hook is None else hook(self, args, kwargs)
 
     def _auto_parallel(self, args: tuple, kwargs: dict):
         """The plugin hook that lays the model out (on the first call) and the inputs out (every call)."""

@@ -21,6 +21,10 @@ def __getattr__(name: str):
 
         globals()["Graph"] = Graph
         return Graph
+    if name == "graph":  # OneFlow's flow.nn.graph namespace (GraphModule), loaded on first use as Graph is
+        import importlib
+
+        return importlib.import_module("flow.nn.graph")
     if name == "DataParallel":  # PyTorch's nn.DataParallel is nn.parallel.DataParallel
         return parallel.DataParallel
     raise AttributeError(f"module 'flow.nn' has no attribute '{name}'")
