@@ -2,12 +2,16 @@
 
     python benchmarks/plan_validate.py [--alpha-beta ~/.cache/flow/plan/mpi.json] [--steps 7]
 
-A small GPT (float64, AdamW, nn.Graph on global tensors) trained with data parallelism at 1, 2 and
-4 ranks (batch split S(0), parameters broadcast) and with tensor parallelism by hand at 2 ranks
-(every block's c_fc weight and bias S(0), c_proj weight S(1): Megatron's MLP split, the rest
-replicated). Each run reports the median of ``--steps`` timed steps after 2 warm-up steps; the
-prediction is ``flow_dist.plan.simulate`` with this CPU's profile (measured with one BLAS thread,
-as the ranks run) and the MPI link of benchmarks/mpi_alpha_beta.py's JSON.
+A small GPT (float64, AdamW) trained with data parallelism at 1, 2 and 4 ranks (nn.Graph on global
+tensors, batch split S(0), parameters broadcast), with tensor parallelism at 2 and 4 ranks
+(``tensor_parallel(model, mesh, "gpt")``, eager) and with 1F1B pipelines (2 stages; DP2 x PP2 at 4).
+Each run reports the median of ``--steps`` timed steps after 2 warm-up steps, the
+collectives its steps called (count and time per backend call), and an alpha-beta fit of the MPI
+link probed between its steps (LINK_SIZES; the same job, the same load); the prediction is
+``flow_dist.plan.simulate`` with this CPU's profile (measured with one BLAS thread, as the ranks
+run), that in-run link and, for the graph runs, the loss all-reduces the compiled graph holds
+(``flow_dist.plan.graph_count``). "old pred" is the previous model: benchmarks/mpi_alpha_beta.py's
+JSON (measured apart) and the gradient all-reduce only.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CFG = dict(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=128)
 BATCH = 16
 PP_MICRO_BATCHES = 4
+# the link is measured inside every run, between its steps: an all-reduce's latency on this machine is
+# how long a rank waits for its peers to be scheduled, so it moves with the load and must be taken
+# under the run's load, not minutes before. Sizes: a loss (8 B), the TP row and block messages, the
+# PP activation, the DP gradient bucket (3.5 MB)
+LINK_SIZES = [8, 8 << 10, 256 << 10, 1 << 20, 4 << 20]
 # (label, mode, ranks): DP in graph mode; TP and PP eager, as their APIs run, against one eager process
 RUNS = [
     ("dp", "dp", 1),
@@ -52,33 +61,148 @@ def worker(mode: str, steps: int) -> None:
     idx = rng.integers(0, CFG["vocab_size"], (BATCH, CFG["block_size"]))
     tgt = np.roll(idx, -1, axis=1)
     be = get_backend("cpu", None)
+    extra: dict = {}
     if mode in ("dp", "graph1"):
-        run = _graph_dp(flow, model, idx, tgt, n)
+        run = _graph_dp(flow, model, idx, tgt, n, extra)
     elif mode == "tp":
         run = _eager_tp(flow, model, idx, tgt, n)
     elif mode == "pp":
         run = _eager_pp(flow, model, idx, tgt, n)
     else:  # eager: one process, the baseline of the eager TP and PP runs
         run = _eager_local(flow, model, idx, tgt)
+    calls = _count_calls()
     times, cpu = [], []
+    link: dict = {"all_reduce": [[] for _ in LINK_SIZES], "ping_pong": [[] for _ in LINK_SIZES], "share": [0.0, 0.0]}
     for i in range(steps + 2):
         be.barrier()
+        calls.on = i >= 2
         t, c = time.perf_counter(), time.process_time()
         run()
+        calls.on = False
         be.barrier()
         if i >= 2:
             times.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
+        _probe_link(be, link)
     # the share of a core this rank got (CPU time / wall time): the machine is shared, and MPI ranks
     # spin while they wait, so this overstates the share that went to compute
     share = float(np.mean(be.all_gather(np.array([sum(cpu) / sum(times)]))))
+    got = {"median": float(np.median(times)), "times": times, "cpu_share": share, **extra}
+    calls.restore()
+    got["calls"] = {k: [c / steps, t / steps] for k, (c, t) in calls.seen.items()}  # per step: calls, seconds
+    # the share of a core this rank's compute got, measured on the probes' fixed work (CPU time over
+    # wall time of a section that never waits): the oversubscription as the run saw it
+    got["compute_share"] = float(np.mean(be.all_gather(np.array([link["share"][0] / link["share"][1]]))))
+    if n > 1:
+        got["link"] = _fit_link(be, link, n)
     if flow.env.get_rank() == 0:
-        print(json.dumps({"median": float(np.median(times)), "times": times, "cpu_share": share}), flush=True)
+        print(json.dumps(got), flush=True)
 
 
-def _graph_dp(flow, model, idx, tgt, n):
-    """nn.Graph on global tensors: parameters broadcast, the batch split S(0)."""
+class _count_calls:
+    """Counts and times every call of the MPI backend's collectives while ``on`` (rank-local wall time
+    inside the call; an asynchronous one is timed until its wait returns)."""
+
+    KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "all_to_all")
+
+    def __init__(self) -> None:
+        from flow_dist.comm.mpi import MPIBackend
+
+        self.cls, self.on, self.seen, self.saved = MPIBackend, False, {}, {}
+        for name in self.KINDS:
+            self.saved[name] = getattr(MPIBackend, name)
+            setattr(MPIBackend, name, self._wrap(name, self.saved[name]))
+
+    def _add(self, name: str, seconds: float) -> None:
+        c, t = self.seen.get(name, (0, 0.0))
+        self.seen[name] = (c + 1, t + seconds)
+
+    def _wrap(self, name: str, inner):
+        def call(backend, *args, **kwargs):
+            if not self.on:
+                return inner(backend, *args, **kwargs)
+            t = time.perf_counter()
+            r = inner(backend, *args, **kwargs)
+            if not kwargs.get("async_op"):
+                self._add(name, time.perf_counter() - t)
+                return r
+            wait = r.wait
+
+            def timed_wait():
+                out = wait()
+                self._add(name + " (async)", time.perf_counter() - t)
+                return out
+
+            r.wait = timed_wait
+            return r
+
+        return call
+
+    def restore(self) -> None:
+        for name, f in self.saved.items():
+            setattr(self.cls, name, f)
+
+
+def _probe_link(be, link: dict) -> None:
+    """One all-reduce of each of LINK_SIZES and one ping-pong between ranks 0 and 1 (between steps)."""
+    import numpy as np
+
+    work = np.full((96, 96), 1e-3)
+    for j, nb in enumerate(LINK_SIZES):
+        buf = np.ones(nb // 8)
+        be.barrier()
+        # a collective of a step follows compute, not a barrier: on oversubscribed cores the ranks
+        # finish the same work at different times (each is descheduled at its own moments), and the
+        # collective waits for the last; a fixed piece of work before it (a few ms, as between a
+        # step's collectives) reproduces that skew
+        t, c = time.perf_counter(), time.process_time()
+        for _ in range(100):
+            work = work @ work
+        link["share"][0] += time.process_time() - c
+        link["share"][1] += time.perf_counter() - t
+        if be.size == 1:
+            continue
+        t = time.perf_counter()
+        be.all_reduce(buf)
+        link["all_reduce"][j].append(time.perf_counter() - t)
+        got = np.empty_like(buf)
+        be.barrier()
+        t = time.perf_counter()
+        if be.rank == 0:
+            be.send(buf, 1)
+            be.recv(got, 1)
+        elif be.rank == 1:
+            be.recv(got, 0)
+            be.send(buf, 0)
+        link["ping_pong"][j].append((time.perf_counter() - t) / 2)  # one way
+
+
+def _fit_link(be, link: dict, n: int) -> dict:
+    """mpi_alpha_beta.py's JSON for this run's rank count, from the probes taken between its steps
+    (per size the mean of the probes, the slowest rank's; ping-pong: rank 0's). The mean, not the
+    median: a probe here is bimodal (0.1 ms when the peers are on cores, 10-40 ms when one waits
+    for a time slice), and a step's collectives add up to their expected time."""
+    import numpy as np
+
+    from flow_dist.plan.collectives import fit_alpha_beta
+
+    ar = [float(np.max(be.all_gather(np.array([np.mean(ts)])))) for ts in link["all_reduce"]]
+    pp = [float(np.mean(ts)) for ts in link["ping_pong"]]
+    pp = [float(x) for x in be.all_gather(np.array(pp))[0]]
+    out: dict = {"sizes": LINK_SIZES}
+    for key, seconds in (("all_reduce", ar), ("ping_pong", pp)):
+        f = fit_alpha_beta(LINK_SIZES, seconds)
+        out[key] = {str(n): {"alpha": f.alpha, "beta": 1.0 / f.bandwidth, "seconds": seconds}}
+    out["ping_pong_by_ranks"] = out["ping_pong"]
+    out["ping_pong"] = out["ping_pong"][str(n)]
+    return out
+
+
+def _graph_dp(flow, model, idx, tgt, n, extra: dict):
+    """nn.Graph on global tensors: parameters broadcast, the batch split S(0). ``extra`` receives the
+    compiled graph's collectives besides the gradient buckets (the loss's P->B) after the first step."""
     from flow_dist.handler import implicit_broadcast
+    from flow_dist.plan.graph_count import graph_collectives
 
     P = flow.placement("cpu", list(range(n)))
     B, S0 = flow.sbp.broadcast, flow.sbp.split(0)
@@ -100,7 +224,17 @@ def _graph_dp(flow, model, idx, tgt, n):
     step = Step()
     x = flow.tensor(idx).to_global(P, B).to_global(sbp=S0)
     y = flow.tensor(tgt).to_global(P, B).to_global(sbp=S0)
-    return lambda: float(step(x, y).detach().numpy())
+
+    def run():
+        loss = step(x, y).detach()
+        if "loss_collectives" not in extra:
+            counted = graph_collectives(step.ir)
+            # reading a partial-sum loss back all-reduces it once more, outside the graph
+            read = int(n > 1 and any(s.kind == "P" for s in loss.sbp))
+            extra.update(loss_collectives=counted.small + read, graph_collectives=dict(counted.counts))
+        return float(loss.numpy())
+
+    return run
 
 
 def _eager_local(flow, model, idx, tgt):
@@ -193,12 +327,13 @@ def _one_thread() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
-def strategy(mode: str, n: int):
-    """The simulator's strategy for one of RUNS."""
+def strategy(mode: str, n: int, loss_collectives: int = 0):
+    """The simulator's strategy for one of RUNS (``loss_collectives``: the DP graph's, as counted)."""
     from flow_dist.plan import Strategy
 
     if mode == "dp":
-        return Strategy(dp=n, overlap=False)  # one core per rank (or less): nothing to overlap with
+        # one core per rank (or less): nothing to overlap with
+        return Strategy(dp=n, overlap=False, loss_collectives=loss_collectives)
     if mode == "tp":
         return Strategy(tp=n)
     if mode == "pp":
@@ -206,11 +341,23 @@ def strategy(mode: str, n: int):
     return Strategy()
 
 
-def predict(mode: str, n: int, ab, dev, work_graph, work_eager, background: float = 0.0) -> float:
+def predict(
+    mode: str,
+    n: int,
+    ab,
+    dev,
+    work_graph,
+    work_eager,
+    background: float = 0.0,
+    loss_collectives: int = 0,
+    cpu_share: float | None = None,
+) -> float:
     from flow_dist.plan import Cluster, simulate
 
     work = work_graph if mode == "dp" else work_eager
-    return simulate(work, Cluster.local(n, ab, dev, background=background), strategy(mode, n), BATCH).step_time
+    st = strategy(mode, n, loss_collectives)
+    cluster = Cluster.local(n, ab, dev, background=background, cpu_share=cpu_share)
+    return simulate(work, cluster, st, BATCH).step_time
 
 
 def main() -> int:
@@ -274,18 +421,44 @@ def main() -> int:
     print(f"model: {work_graph.params / 1e6:.2f}M parameters, batch {BATCH} x {CFG['block_size']}, float64, AdamW")
     print(f"MPI link: {ab or 'not measured (run benchmarks/mpi_alpha_beta.py)'}")
     print("load average: " + "; ".join(" ".join(f"{x:.2f}" for x in la) for la in measured["load_average"]))
-    print("| run | ranks | idle pred ms | background | pred ms | measured ms | error | CPU share |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    # "old": the link fitted before the runs (--alpha-beta) and only the gradient all-reduce counted;
+    # "pred": each round's own link (probed between its steps) and the collectives the run holds
+    print(
+        "| run | ranks | background | calls a step (ms in them) | all-reduce 8 B ms | old pred ms | pred ms "
+        "| measured ms | error | compute share | pred, measured share ms (error) |"
+    )
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, mode, n in RUNS:
         got = measured["runs"][f"{mode}{n}"]
         med = float(np.median([g["median"] for g in got]))
-        share = float(np.median([g["cpu_share"] for g in got]))
-        bg = float(np.median([background_load(g["runnable"], n) for g in got]))
-        idle = predict(mode, n, ab, dev, work_graph, work_eager)
-        pred = predict(mode, n, ab, dev, work_graph, work_eager, bg)
+        bgs = [background_load(g["runnable"], n) for g in got]
+        bg = float(np.median(bgs))
+        old = predict(mode, n, ab, dev, work_graph, work_eager, bg)
+        preds = [
+            predict(mode, n, g.get("link", ab), dev, work_graph, work_eager, b, g.get("loss_collectives", 0))
+            for g, b in zip(got, bgs)
+        ]
+        pred = float(np.median(preds))
+        # the compute slowdown measured in the run instead of modelled from the runnable count
+        shares = [min(1.0, g["compute_share"]) for g in got if "compute_share" in g]
+        by_share = [
+            predict(mode, n, g.get("link", ab), dev, work_graph, work_eager, 0.0, g.get("loss_collectives", 0), sh)
+            for g, sh in zip(got, shares)
+        ]
+        share_s = f"{np.median(shares):.2f}" if shares else "-"
+        ps = f"{np.median(by_share) * 1e3:.1f} ({(np.median(by_share) - med) / med:+.1%})" if by_share else "-"
+        lat = [g["link"]["all_reduce"][str(n)]["seconds"][0] for g in got if "link" in g]
+        lat_s = f"{np.median(lat) * 1e3:.1f}" if lat else "-"
+        kinds = sorted({k for g in got for k in g.get("calls", {})})
+        calls = ", ".join(
+            f"{np.median([g['calls'].get(k, [0, 0])[0] for g in got]):g} {k} "
+            f"({np.median([g['calls'].get(k, [0, 0])[1] for g in got]) * 1e3:.0f})"
+            for k in kinds
+        )
         print(
-            f"| {label} | {n} | {idle * 1e3:.1f} | {bg:.2f} | {pred * 1e3:.1f} | {med * 1e3:.1f} | "
-            f"{(pred - med) / med:+.1%} | {share:.2f} |"
+            f"| {label} | {n} | {bg:.2f} | {calls or '-'} | {lat_s} | {old * 1e3:.1f} | {pred * 1e3:.1f} | "
+            f"{med * 1e3:.1f} | "
+            f"{(pred - med) / med:+.1%} | {share_s} | {ps} |"
         )
     return 0
 

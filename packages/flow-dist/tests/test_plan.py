@@ -31,7 +31,7 @@ TINY = dict(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32)
 
 @pytest.fixture(scope="module")
 def tiny_gpt():
-    from flow_models.nlp.gpt import GPTConfig
+    GPTConfig = pytest.importorskip("flow_models.nlp.gpt", reason="the zoo (flow-models) is not installed").GPTConfig
 
     return gpt_workload(GPTConfig(**TINY), trace_layers=2)
 
@@ -115,7 +115,8 @@ def test_every_op_of_gpt_mlp_and_resnet_steps_has_a_formula(tiny_gpt):
     import os
     import sys
 
-    from flow_models.vision.resnet import ResNet, ResNetConfig
+    resnet = pytest.importorskip("flow_models.vision.resnet", reason="the zoo (flow-models) is not installed")
+    ResNet, ResNetConfig = resnet.ResNet, resnet.ResNetConfig
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks"))
     from models import make_mlp
@@ -309,6 +310,7 @@ def test_search_respects_the_memory_cap(tiny_gpt):
 
 
 def test_cli_prints_a_table(capsys):
+    pytest.importorskip("flow_models.nlp.gpt", reason="the zoo (flow-models) is not installed")
     from flow_dist.plan.__main__ import main
 
     assert main(["--model", "tiny", "--gpus", "1,2,8", "--batch", "16"]) == 0
@@ -459,3 +461,86 @@ def test_calibrate_cpu_measures_every_kind(calibrated_cpu):
     assert 0 < p.graph_overhead and 0 < p.eager_overhead < 1e-3
     r = runnable()
     assert r is None or r >= 1  # this test's own thread is running while it reads
+
+
+def test_dp_loss_collectives_and_per_parameter_buckets(tiny_gpt):
+    # latency only: an all-reduce of 2 ranks costs 2 alpha whatever its size
+    c = Cluster(2, 2, Link(1e-3, 1e18), Link(1e-3, 1e18), _calibrated())
+    one = simulate(tiny_gpt, c, Strategy(dp=2, overlap=False), 8)
+    assert one.comm_time["dp"] == pytest.approx(2e-3)  # the gradients in one bucket
+    loss = simulate(tiny_gpt, c, Strategy(dp=2, overlap=False, loss_collectives=3), 8)
+    assert loss.comm_time["dp"] == pytest.approx(4 * 2e-3)  # + the loss's 3 small all-reduces
+    assert loss.step_time - one.step_time == pytest.approx(3 * 2e-3)
+    eager = simulate(tiny_gpt, c, Strategy(dp=2, overlap=False, dp_buckets=26), 8)
+    assert eager.comm_time["dp"] == pytest.approx(26 * 2e-3)  # one all-reduce per gradient
+    # the volume does not change, only the latencies: with alpha 0 the bucket count is free
+    bw = Cluster(2, 2, Link(0.0, 1e9), Link(0.0, 1e9), _calibrated())
+    a, b = (simulate(tiny_gpt, bw, Strategy(dp=2, overlap=False, dp_buckets=k), 8) for k in (1, 26))
+    assert a.comm_time["dp"] == pytest.approx(b.comm_time["dp"])
+    z = simulate(tiny_gpt, c, Strategy(dp=2, overlap=False, zero_stage=1, dp_buckets=5), 8)
+    assert z.comm_time["dp"] == pytest.approx(5 * 2 * 1e-3)  # 5 reduce-scatters + 5 all-gathers of 1 alpha
+    # no DP group: the loss is local
+    assert simulate(tiny_gpt, Cluster(1, 1, c.intra_link, c.inter_link, c.device), Strategy(loss_collectives=3), 8)
+    with pytest.raises(ValueError, match="loss_collectives"):
+        Strategy(dp=2, loss_collectives=-1)
+    with pytest.raises(ValueError, match="dp_buckets"):
+        Strategy(dp=2, dp_buckets=0)
+
+
+def test_graph_collectives_counts_the_communicating_boxing_nodes():
+    from types import SimpleNamespace
+
+    from flow_dist.plan.graph_count import graph_collectives
+
+    P2 = flow.placement("cpu", list(range(1)))
+    two = SimpleNamespace(hierarchy=(2,))
+    S, B, Pp = flow.sbp.split(0), flow.sbp.broadcast, flow.sbp.partial_sum
+
+    def box(frm, to, shape, placement=two):
+        x = SimpleNamespace(shape=shape, dtype=flow.float64)
+        attrs = dict(sbp=(frm,), axis=0, to=to, placement=placement)
+        return SimpleNamespace(name="sbp_boxing", attrs=attrs, input_values=lambda: iter([x]))
+
+    nodes = [
+        box(Pp, B, ()),  # the loss: 8 bytes
+        box(Pp, B, (1,)),
+        box(Pp, S, (64, 32)),  # a reduce-scatter of 16 KiB
+        box(S, B, (32, 32)),  # an all-gather
+        box(B, S, (64, 32)),  # a slice: local
+        box(Pp, B, (4,), placement=P2),  # one rank: nothing to send
+        SimpleNamespace(name="sbp_all_reduce_start", attrs={}, input_values=lambda: iter([])),
+        SimpleNamespace(name="add", attrs={}, input_values=lambda: iter([])),
+    ]
+    got = graph_collectives(SimpleNamespace(nodes=nodes))
+    assert dict(got.counts) == {"P->B": 2, "P->S": 1, "S->B": 1}
+    assert got.nbytes["P->B"] == 16 and got.nbytes["P->S"] == 64 * 32 * 8
+    assert got.small == 2 and got.buckets == 1 and got.total() == 5
+    assert graph_collectives(SimpleNamespace(nodes=nodes), small_limit=1 << 20).small == 4
+    with pytest.raises(TypeError, match="graph IR"):
+        graph_collectives([1, 2])
+
+
+def test_graph_collectives_of_a_compiled_step_on_one_rank():
+    from flow_dist.plan.graph_count import graph_collectives
+
+    flow.manual_seed(0)
+    m = nn.Linear(4, 2)
+    P = flow.placement("cpu", [0])
+    m.to_global(P, flow.sbp.broadcast)
+    opt = flow.optim.SGD(m.parameters(), lr=0.1)
+
+    class Step(nn.Graph):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = m
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            loss = self.m(x).sum()
+            loss.backward()
+            return loss
+
+    step = Step()
+    step(flow.ones(3, 4).to_global(P, flow.sbp.broadcast))
+    got = graph_collectives(step.ir)
+    assert got.counts == {} and got.small == 0  # one rank: every conversion is local

@@ -14,18 +14,27 @@ a per-op search of SBP signatures (OneFlow's ILP). A candidate is
 * for ``tp > 1``, which groups are tensor parallel on the TP axis: the attention (head parallel),
   the MLP (Megatron's column then row parallel) and the vocabulary (the embedding and the tied
   output layer), any non-empty subset; the rest is broadcast;
-* a ZeRO stage, only when asked for (``zero_stages``): it is scored, but ZeRO on global tensors is
-  not done, so a ZeRO plan does not :meth:`~AutoPlan.apply` (use :mod:`flow_dist.zero` by hand).
+* a ZeRO stage, only when asked for (``zero_stages``). Stages 1 and 2 of a pure data-parallel
+  layout apply in graph mode (``plan(..., mode="graph")``, then ``apply(model, graph=g)`` turns on
+  the ``zero`` graph pass, :mod:`flow_dist.zero.graph_pass`); the other ZeRO candidates are scored
+  but not chosen (the pass shards 1-d placements only and refuses stage 3; eager global tensors have
+  no ZeRO: use :class:`flow_dist.zero.ZeroRedundancyOptimizer` by hand).
 
 Within a candidate the handler still picks each op's cheapest signature (:mod:`flow_dist.handler`).
 The simulator models tensor parallelism of whole blocks; the scores here correct it for partial
 plans: the parameters one rank holds are counted group by group, and the TP collectives are two
 all-reduces (forward and backward) per split group and layer, plus two for a split vocabulary.
+The data-parallel collectives are counted as they run (measured with ``count_collectives`` and the
+backend's calls): eagerly every parameter's gradient is all-reduced on its own (no buckets), in a
+graph they are one bucket (ZeRO's reduce-scatters and all-gathers one per sharded parameter), and
+the loss costs 3 small all-reduces either way; on this machine each costs a scheduling latency of
+milliseconds, which decides between DP and TP.
 Activation memory is the simulator's (divided by ``tp`` even when only some groups are split).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -57,6 +66,7 @@ class Candidate:
     memory: float = float("nan")  # bytes per rank, predicted
     fits: bool = False
     note: str = ""
+    applicable: bool = True  # AutoPlan.apply can lay it out (a ZeRO plan only in graph mode, stage 1/2, tp 1)
 
     @property
     def name(self) -> str:
@@ -110,14 +120,18 @@ class AutoPlan:
             return (flow.sbp.split(0), flow.sbp.broadcast)
         return (flow.sbp.split(0),) if dp > 1 else (flow.sbp.broadcast,)
 
-    def apply(self, model):
+    def apply(self, model, graph=None):
         """Lay ``model`` out in place on the mesh (tensor parallel groups split, the rest broadcast)
-        and return it. Build the optimizer afterwards (a split attention gets new parameters)."""
-        if self.best.zero_stage:
-            raise AutoParallelError(
-                f"auto_parallel: the chosen plan {self.best.name} uses ZeRO, which is not done on global tensors; "
-                "plan with zero_stages=(0,) or shard the optimizer by hand with flow_dist.zero"
-            )
+        and return it. Build the optimizer afterwards (a split attention gets new parameters). A
+        ZeRO plan needs the ``nn.Graph`` that will run the step (``graph``): its ``zero`` pass is
+        turned on (``graph.config.enable_zero(stage=...)``) before its first compile."""
+        z = self.best.zero_stage
+        if z:
+            why = _zero_unsupported(self.best, "graph" if graph is not None else "eager")
+            if why:
+                raise AutoParallelError(f"auto_parallel: the plan {self.best.name} cannot be applied: {why}")
+            if not hasattr(getattr(graph, "config", None), "enable_zero"):
+                raise TypeError(f"AutoPlan.apply: graph must be an nn.Graph, got {type(graph).__name__}")
         _check_gpt(model)
         mesh = self.make_placement()
         if self.best.tp > 1:
@@ -126,6 +140,8 @@ class AutoPlan:
             tensor_parallel(model, mesh, self.tp_plan(model), tp_axis=-1)
         else:
             model.to_global(mesh, (flow.sbp.broadcast,))
+        if z:
+            graph.config.enable_zero(stage=z)
         self.placement = mesh
         return model
 
@@ -176,18 +192,37 @@ def _check_gpt(model) -> None:
         )
 
 
+def _zero_unsupported(c: Candidate, mode: str) -> str:
+    """Why ZeRO candidate ``c`` cannot be laid out in ``mode`` ("" when it can)."""
+    if not c.zero_stage:
+        return ""
+    if mode != "graph":
+        return (
+            "ZeRO on eager global tensors is not done; plan with mode='graph' and pass the nn.Graph to "
+            "apply, or shard the optimizer by hand with flow_dist.zero.ZeroRedundancyOptimizer"
+        )
+    if c.zero_stage == 3:
+        return "the graph's zero pass refuses stage 3"
+    if c.tp > 1:
+        return "the graph's zero pass shards 1-d placements only, and a dp x tp mesh is 2-d"
+    return ""
+
+
 def _group_params(model) -> dict:
     """Element counts: per group the tensors its split lays out ``S(k)``, and ``"all"``."""
 
     def n(t) -> int:
         return int(np.prod(t.shape)) if t is not None else 0
 
-    seen, total = set(), 0
+    seen, total, tensors, large = set(), 0, 0, 0
     for p in model.parameters():
         if id(p) not in seen:
             seen.add(id(p))
             total += n(p)
+            tensors += 1
+            large += n(p) >= 1024  # the graph zero pass's default shard_min_size
     out = {"all": total, "attn": 0, "mlp": 0, "vocab": n(model.transformer.wte.weight)}
+    out.update(tensors=tensors, large=large)
     for blk in model.transformer.h:
         # colwise weight and bias, rowwise weight (a row-parallel bias stays whole, added once)
         a, m = blk.attn, blk.mlp
@@ -215,9 +250,26 @@ def _world_of(placement_or_world) -> int:
     return world
 
 
+# the small all-reduces of the loss a data-parallel step on global tensors runs (counted: the mean
+# cross-entropy's partial sums, and the read-back; the same eagerly and in a graph)
+LOSS_COLLECTIVES = 3
+
+
 def _score(work, cluster, cand: Candidate, batch: int, counts: dict, simulate, Strategy) -> None:
     scopes = tuple(s for g in cand.groups for s in _SCOPES[g]) if cand.tp > 1 else None
-    st = Strategy(dp=cand.dp, tp=cand.tp, zero_stage=cand.zero_stage, tp_scopes=scopes)
+    if work.mode == "eager":
+        buckets = counts["tensors"]  # one P->B per gradient
+    else:
+        buckets = counts["large"] if cand.zero_stage else 1  # ZeRO's rewrite is per parameter, unbucketed
+    st = Strategy(
+        dp=cand.dp,
+        tp=cand.tp,
+        zero_stage=cand.zero_stage,
+        tp_scopes=scopes,
+        loss_collectives=LOSS_COLLECTIVES,
+        dp_buckets=buckets,
+        overlap=cluster.cores is None,  # on shared CPU cores nothing overlaps (one core per rank or less)
+    )
     r = simulate(work, cluster, st, batch)
     step = r.step_time
     mem = dict(r.memory)
@@ -247,6 +299,7 @@ def plan(
     cluster=None,
     zero_stages: tuple = (0,),
     groups: tuple = GROUPS,
+    mode: str = "eager",
 ) -> AutoPlan:
     """Search the data x tensor parallel layouts of ``model`` (the zoo GPT) over ``world`` ranks (an
     int or a placement holding them) for one training step on ``sample_inputs`` (the token ids of
@@ -255,7 +308,8 @@ def plan(
     the cluster device's memory). ``cluster``: a :class:`flow_dist.plan.Cluster` of ``world``
     devices (default ``Cluster.local(world)``: this machine's MPI processes). ``groups``: the
     groups that may be tensor parallel. In a multi-process job every rank must call it; rank 0's
-    choice is broadcast, so the ranks agree even if their device profiles differ.
+    choice is broadcast, so the ranks agree even if their device profiles differ. ``mode``: how the
+    step will run, ``"eager"`` or ``"graph"`` (an ``nn.Graph``: bucketed gradients, ZeRO 1/2 applicable).
     """
     from flow_dist.plan import Cluster, Strategy, gpt_workload, simulate
 
@@ -274,6 +328,8 @@ def plan(
     bad_z = [z for z in zero_stages if z not in (0, 1, 2, 3)]
     if bad_z or not zero_stages:
         raise AutoParallelError(f"auto_parallel: zero_stages must hold stages 0-3, got {zero_stages!r}")
+    if mode not in ("eager", "graph"):
+        raise AutoParallelError(f"auto_parallel: mode must be 'eager' or 'graph', got {mode!r}")
     cluster = Cluster.local(n) if cluster is None else cluster
     if cluster.devices != n:
         raise AutoParallelError(f"auto_parallel: the cluster has {cluster.devices} devices but the world {n} ranks")
@@ -281,7 +337,7 @@ def plan(
     if not cap > 0:
         raise ValueError(f"auto_parallel: memory_cap must be > 0 bytes, got {memory_cap!r}")
     cfg = model.config
-    work = gpt_workload(cfg, seq=seq, name="gpt")
+    work = dataclasses.replace(gpt_workload(cfg, seq=seq, name="gpt"), mode=mode)
     counts = _group_params(model)
     cands: list = []
     for tp in _divisors(n):
@@ -299,13 +355,16 @@ def plan(
             c = Candidate(dp, tp, tuple(sub), z)
             _score(work, cluster, c, batch, counts, simulate, Strategy)
             c.fits = c.memory <= cap
+            why = _zero_unsupported(c, mode)
+            if why:
+                c.applicable, c.note = False, "scored only: " + why.split(";")[0]
             cands.append(c)
     if not cands:
         raise AutoParallelError(
             f"auto_parallel: no layout of {n} ranks divides the batch {batch} and the {cfg.n_head} heads"
         )
-    cands.sort(key=lambda c: (not c.fits, c.step_time))
-    best_i = 0 if cands[0].fits else -1
+    cands.sort(key=lambda c: (not (c.fits and c.applicable), c.step_time))
+    best_i = 0 if cands[0].fits and cands[0].applicable else -1
     if flow.env.get_world_size() > 1:
         # the ranks must lay the model out alike: rank 0's choice wins
         t = flow.tensor(np.array([best_i], dtype=np.int64))
@@ -362,9 +421,11 @@ def graph_prepare(graph, args: tuple, kwargs: dict):
             flow.env.get_world_size(),
             memory_cap=opts.get("memory_cap"),
             cluster=opts.get("cluster"),
+            zero_stages=tuple(opts.get("zero_stages", (0,))),
+            mode="graph",
         )
         before = dict(model.named_parameters())
-        ap.apply(model)
+        ap.apply(model, graph=graph)
         _rebind([o for _, o in graph._optimizers()], before, model)
         graph.__dict__["auto_plan"] = ap
 

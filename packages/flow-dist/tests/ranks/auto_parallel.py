@@ -107,8 +107,9 @@ def graph(cap):
 
 ref = reference()
 free, l0, s0 = eager(None)
-assert free.best.tp == 1 and free.best.dp == n, free.table()
-check("eager, no cap", l0, s0, ref)
+# eagerly every gradient is its own all-reduce, so the choice is whichever scores fastest
+assert free.best.step_time == min(c.step_time for c in free.candidates if c.fits), free.table()
+check(f"eager, no cap, {free.best.name}", l0, s0, ref)
 # a cap below pure data parallelism's memory: a tensor-parallel layout must be chosen
 dp_mem = next(c.memory for c in free.candidates if c.tp == 1)
 cap = 0.75 * dp_mem
@@ -116,7 +117,9 @@ capped, l1, s1 = eager(cap)
 assert capped.best.tp > 1 and capped.best.memory <= cap, capped.table()
 check(f"eager, {capped.best.name}", l1, s1, ref)
 g, l2, s2 = graph(cap)
-assert g.best.name == capped.best.name, (g.best.name, capped.best.name)
+# the graph hook plans for a graph (one gradient bucket): the choice of plan(mode="graph")
+want = AP.plan(GPT(CFG), flow.tensor(IDX[0]), n, memory_cap=cap, cluster=CLUSTER, mode="graph").best
+assert g.best.name == want.name and g.best.memory <= cap, (g.best.name, want.name)
 check(f"graph, {g.best.name}", l2, s2, ref)
 if rank == 0:
     print(capped.table())

@@ -19,7 +19,11 @@ def main(argv: list | None = None) -> int:
     from flow_dist.plan.cluster import Cluster
     from flow_dist.plan.simulate import search
     from flow_dist.plan.workload import gpt_workload
-    from flow_models.nlp.gpt import GPTConfig
+
+    try:
+        from flow_models.nlp.gpt import GPTConfig
+    except ImportError as e:  # the models come from the zoo, an optional package
+        raise SystemExit(f"python -m flow_dist.plan: the model table needs flow-models: {e}") from e
 
     ap = argparse.ArgumentParser(prog="python -m flow_dist.plan", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gpt2", choices=sorted(MODELS))

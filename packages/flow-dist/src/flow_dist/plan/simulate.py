@@ -12,8 +12,10 @@ Assumptions (see docs/scaling.md):
   ``(p-1)/(m+p-1)``, an activation send/recv forward and a gradient send/recv backward per
   micro-batch and stage boundary; embeddings and head on the last stage (the slowest);
 * data parallelism: gradients all-reduced (ZeRO 1/2: reduce-scattered, parameters all-gathered after
-  the update, the same volume) over the ``dp`` ranks ``tp`` apart; with ``overlap`` the reduction
-  runs behind backward and only what exceeds the backward time is exposed;
+  the update, the same volume) over the ``dp`` ranks ``tp`` apart, in ``dp_buckets`` collectives
+  (1: bucketed; eager global tensors: one per parameter), plus ``loss_collectives`` small
+  all-reduces of the loss (not overlapped); with ``overlap`` the reduction runs behind backward and
+  only what exceeds the backward time is exposed;
 * ZeRO-3 all-gathers the parameters before forward and again before backward (1.5x the all-reduce
   volume), overlapped the same way;
 * memory (mixed precision when the device computes in 2-byte floats): parameters 2 bytes, gradients 2,
@@ -41,6 +43,15 @@ class Strategy:
     zero_stage: int = 0
     overlap: bool = True
     tp_scopes: tuple | None = None  # None: Megatron (attention and MLP); else the scopes split by hand
+    # all-reduces of a few bytes over the DP group per step besides the gradients: a global loss's
+    # partial sums (a graph on global tensors boxes the mean cross-entropy's P->B inside the step,
+    # plan.graph_collectives counts them) and the caller's read-back; each costs one latency, and
+    # the forward waits for them (not overlapped)
+    loss_collectives: int = 0
+    # how many all-reduces the DP gradients take: 1 (bucketed, as a graph's gradient buckets or DDP),
+    # or one per parameter tensor (eager global tensors: each gradient is boxed P->B on its own, so
+    # every parameter pays a latency; 52 for the 4-block GPT)
+    dp_buckets: int = 1
 
     @property
     def tp_collectives_per_layer(self) -> int:
@@ -51,6 +62,10 @@ class Strategy:
         for k in ("dp", "tp", "pp", "micro_batches"):
             if int(getattr(self, k)) < 1:
                 raise ValueError(f"Strategy.{k} must be >= 1, got {getattr(self, k)}")
+        if int(self.dp_buckets) < 1:
+            raise ValueError(f"Strategy.dp_buckets must be >= 1, got {self.dp_buckets}")
+        if int(self.loss_collectives) < 0:
+            raise ValueError(f"Strategy.loss_collectives must be >= 0, got {self.loss_collectives}")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"Strategy.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
 
@@ -164,11 +179,13 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     grad_bytes = p_rank * gb
     dp_t = dp_vol = z_t = z_vol = 0.0
     if st.dp > 1:
+        k = st.dp_buckets  # the gradients in k collectives of (about) equal size
         if st.zero_stage == 0:
-            dp_t = cluster.collective("all_reduce", grad_bytes, st.dp, st.tp)
+            dp_t = k * cluster.collective("all_reduce", grad_bytes / k, st.dp, st.tp)
         else:  # reduce-scatter the gradients, all-gather the updated parameters
-            dp_t = cluster.collective("reduce_scatter", grad_bytes, st.dp, st.tp) + cluster.collective(
-                "all_gather", p_rank * pb, st.dp, st.tp
+            dp_t = k * (
+                cluster.collective("reduce_scatter", grad_bytes / k, st.dp, st.tp)
+                + cluster.collective("all_gather", p_rank * pb / k, st.dp, st.tp)
             )
         dp_vol = 2 * (st.dp - 1) / st.dp * grad_bytes
         if st.zero_stage == 3:
@@ -176,6 +193,8 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
             z_t = cluster.collective("all_gather", p_rank * pb, st.dp, st.tp)
             z_vol = (st.dp - 1) / st.dp * p_rank * pb
     dp_exposed = max(0.0, dp_t - backward_total) if st.overlap else dp_t
+    if st.dp > 1 and st.loss_collectives:
+        dp_exposed += st.loss_collectives * cluster.collective("all_reduce", 8.0, st.dp, st.tp)
     z_exposed = max(0.0, z_t - forward_total) if st.overlap else z_t
     opt_share = 1.0 / (st.tp * st.pp * (st.dp if st.zero_stage >= 1 else 1))
     opt_t = sum(_scaled(c, opt_share).time(dev, mode) for c in w.optimizer)  # fp32 states either way
