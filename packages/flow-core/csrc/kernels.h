@@ -10,7 +10,9 @@ void register_elementwise(pybind11::module_& m);
 void register_layer_norm(pybind11::module_& m);
 void register_optim(pybind11::module_& m);
 void register_lowp(pybind11::module_& m);
+void register_lowp_gemm(pybind11::module_& m);
 void register_batch_norm(pybind11::module_& m);
 void register_conv(pybind11::module_& m);
+void register_allocator(pybind11::module_& m);  // allocator.cpp: the caching NumPy memory handler
 
 }  // namespace flow_native

@@ -233,10 +233,18 @@ def test_reductions_and_normalisations_accumulate_in_float32(name):
 
 
 def test_float32_kernels_are_not_wrapped():
-    for name in ("matmul", "add", "softmax", "layer_norm", "relu"):
+    for name in ("add", "softmax", "layer_norm", "relu"):
         op = REGISTRY.ops[name]
         assert not hasattr(REGISTRY.resolve_kernel(op, "cpu", D.float32), "__wrapped__")
         assert hasattr(REGISTRY.resolve_kernel(op, "cpu", D.bfloat16), "__wrapped__")
+    # matmul and linear have native 16-bit GEMM kernels when NumPy's BLAS is bound (test_lowp_gemm.py)
+    from flow.backends.cpu import threads
+
+    for name in ("matmul", "linear"):
+        op = REGISTRY.ops[name]
+        assert not hasattr(REGISTRY.resolve_kernel(op, "cpu", D.float32), "__wrapped__")
+        wrapped = hasattr(REGISTRY.resolve_kernel(op, "cpu", D.bfloat16), "__wrapped__")
+        assert wrapped == (threads.BLAS_PATH is None), name
     assert not hasattr(REGISTRY.resolve_kernel(REGISTRY.ops["reshape"], "cpu", D.bfloat16), "__wrapped__")
 
 

@@ -153,7 +153,7 @@ int = int32  # noqa: A001
 short = int16
 
 # PyTorch-compatibility namespaces and names that scripts use at the top, even on one CPU
-from flow import accelerator, cuda, distributed, multiprocessing  # noqa: E402  (cuda, distributed: via plugins)
+from flow import accelerator, cpu, cuda, distributed, multiprocessing  # noqa: E402  (cuda, distributed: via plugins)
 from flow._legacy_types import (  # noqa: E402
     BFloat16Tensor,
     BoolTensor,

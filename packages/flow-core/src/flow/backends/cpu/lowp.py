@@ -296,6 +296,108 @@ def _down(o, low: np.dtype, ups: dict, inplace: bool, kept: dict, target):
 
 
 # ---------------------------------------------------------------------------------------------
+# matmul / linear: native 16-bit GEMM (csrc/lowp_gemm.cpp)
+
+
+def _blas_bound() -> bool:
+    from flow.backends.cpu import threads
+
+    return threads.BLAS_PATH is not None and hasattr(native._C, "lowp_gemm") and native._C.blas_ready()
+
+
+def _f32_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    from flow.backends.cpu import threads
+
+    return threads.matmul(to_f32(a), to_f32(b))
+
+
+def gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    bias: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+    out_dtype: np.dtype | None = None,
+) -> np.ndarray:
+    """``a @ b (+ bias)`` for bfloat16 / float16 ``a`` and ``b`` (and ``bias``) with float32 accumulation.
+
+    Batched and broadcast as ``np.matmul``; bit-exact with rounding ``a.astype(float32) @
+    b.astype(float32) (+ bias)`` to ``out_dtype`` (the inputs' dtype by default, or float32). Runs
+    the native GEMM (float32 panels converted per cache-sized tile, no whole-array copies) when a
+    BLAS is bound, else converts the operands to float32 as the other ops on these dtypes do.
+    ``out`` (an array of the result's shape and dtype) receives the result when given.
+
+    >>> x = np.ones((2, 3), BF16)
+    >>> gemm(x, np.ones((3, 4), BF16)).dtype == BF16
+    True
+    """
+    low = a.dtype
+    if low not in LOWP or b.dtype != low or (bias is not None and bias.dtype != low):
+        got = f"{a.dtype}, {b.dtype}" + ("" if bias is None else f", {bias.dtype}")
+        raise TypeError(f"lowp gemm: expected bfloat16 or float16 operands of one dtype, got {got}")
+    want = low if out_dtype is None else np.dtype(out_dtype)
+    if want not in (low, F32):
+        raise TypeError(f"lowp gemm: out_dtype must be {low} or float32, got {want}")
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError(f"lowp gemm: both operands need at least 1 dimension, got shapes {a.shape} and {b.shape}")
+        # vector products and mismatched shapes: NumPy's matmul does the products and the errors
+        r = _f32_matmul(a, b)
+        return _finish(r + to_f32(bias) if bias is not None else r, want, out)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    shape = batch + (a.shape[-2], b.shape[-1])
+    if not _blas_bound():
+        r = _f32_matmul(a, b)
+        if bias is not None:
+            r += to_f32(bias)
+        return _finish(r, want, out)
+    if bias is not None and (bias.shape != (shape[-1],) or not bias.flags.c_contiguous):
+        bias = np.ascontiguousarray(np.broadcast_to(bias, (shape[-1],)))
+    res = out
+    if res is None or res.dtype != want or res.shape != shape or not res.flags.c_contiguous or not res.flags.writeable:
+        res = np.empty(shape, want)
+    # broadcast batch dims are stride-0 views: the native side walks them without copies
+    a = np.broadcast_to(a, batch + a.shape[-2:]).view(np.uint16)
+    b = np.broadcast_to(b, batch + b.shape[-2:]).view(np.uint16)
+    native._C.lowp_gemm(
+        a,
+        b,
+        None if bias is None else bias.view(np.uint16),
+        res if want == F32 else res.view(np.uint16),
+        "bfloat16" if low == BF16 else "float16",
+    )
+    if out is not None and res is not out:
+        out[...] = res
+        return out
+    return res
+
+
+def _finish(r: np.ndarray, want: np.dtype, out: np.ndarray | None) -> np.ndarray:
+    r = r if want == F32 else from_f32(r, want)
+    if out is None:
+        return r
+    out[...] = r
+    return out
+
+
+def _gemm_kernels() -> dict:
+    """The bfloat16 / float16 ``matmul`` and ``linear`` kernels, with their ``out=`` variants."""
+
+    def matmul(a, b):
+        return gemm(a, b)
+
+    def matmul_out(a, b, out=None):
+        return gemm(a, b, out=out)
+
+    def linear(x, w, b=None):
+        return gemm(x, w.T, b)
+
+    def linear_out(x, w, b=None, out=None):
+        return gemm(x, w.T, b, out=out)
+
+    return {"matmul": (matmul, matmul_out), "linear": (linear, linear_out)}
+
+
+# ---------------------------------------------------------------------------------------------
 # cast
 
 
@@ -340,3 +442,8 @@ def register(registry) -> None:
         registry.register_kernel("cast", "cpu", cast_kernel(np), dtypes=[D.float32, D.bfloat16, D.float16])
     if native.HAVE_NATIVE and "cast_like" in registry._ops:
         registry.register_kernel("cast_like", "cpu", cast_like_kernel(np), dtypes=[D.float32, D.bfloat16, D.float16])
+    if native.HAVE_NATIVE and _blas_bound():
+        # without a bound BLAS the adapter's float32 path above serves these ops as before
+        for op_name, (fn, out) in _gemm_kernels().items():
+            if op_name in registry._ops:
+                registry.register_kernel(op_name, "cpu", fn, dtypes=[D.bfloat16, D.float16], out=out)

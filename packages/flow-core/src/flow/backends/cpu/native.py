@@ -44,6 +44,10 @@ else:
         from flow.backends.cpu import threads as _policy
 
         _policy.install(_C)
+    # the caching allocator for every ndarray from here on (FLOW_CPU_CACHING_ALLOCATOR=0: not installed)
+    from flow.cpu import memory as _memory
+
+    _memory.install(_C)
 
 __all__ = [
     "HAVE_NATIVE",
