@@ -147,6 +147,33 @@ def _zeros(v) -> Tensor:
     return zeros(v.shape, dtype=v.dtype, device=v.device)
 
 
+def run_forward(step, arrays: list) -> tuple[list, list]:
+    """Run the forward graph of a partitioned ``step`` on input ``arrays``: ``(outputs, saved)``, the
+    outputs as arrays (the module's first, then the values kept for backward) and the arrays the
+    backward graph reads (``step.partition.saved``). CompiledStep.run without wrapping anything as
+    Tensors; states the forward updates in place are saved as they were before it."""
+    fs = step.forward
+    states = [g() for g in fs._getters]
+    before = {j: states[j].copy() for j in step._copy_states}
+    outs, news = fs.executor.run(arrays, states, [f() for f in fs._feeders])
+    for (k, _), new in zip(fs.plan.update_slots, news):
+        if new is not states[k]:
+            states[k][...] = new
+    for fn in fs._effects:
+        fn()
+    fs.runs += 1
+    n_out = step.n_out
+    saved = []
+    for kind, k in step.partition.saved:
+        if kind == "out":
+            saved.append(outs[n_out + k])
+        elif kind == "input":
+            saved.append(arrays[k])
+        else:
+            saved.append(before.get(k, states[k]))
+    return outs, saved
+
+
 class _CompiledModuleFunction(Function):
     """Forward: the forward graph; backward: the backward graph on what the forward saved."""
 
@@ -154,26 +181,8 @@ class _CompiledModuleFunction(Function):
     def forward(ctx, step: TrainingStep, *tensors):
         n_leaves = len(tensors) - len(step.params)
         arrays = [storage_of(t._data) for t in tensors[:n_leaves]]
-        # CompiledStep.run without wrapping the saved values as Tensors (only the module's outputs)
-        fs = step.forward
-        states = [g() for g in fs._getters]
-        before = {j: states[j].copy() for j in step._copy_states}
-        outs, news = fs.executor.run(arrays, states, [f() for f in fs._feeders])
-        for (k, _), new in zip(fs.plan.update_slots, news):
-            if new is not states[k]:
-                states[k][...] = new
-        for fn in fs._effects:
-            fn()
-        fs.runs += 1
-        n_out = step.n_out
-        saved = []
-        for kind, k in step.partition.saved:
-            if kind == "out":
-                saved.append(outs[n_out + k])
-            elif kind == "input":
-                saved.append(arrays[k])
-            else:
-                saved.append(before.get(k, states[k]))
+        outs, saved = run_forward(step, arrays)
+        fs, n_out = step.forward, step.n_out
         ctx.step = step
         ctx.saved_arrays = saved
         ctx.n_leaves = n_leaves

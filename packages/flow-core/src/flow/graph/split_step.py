@@ -112,27 +112,11 @@ class SplitStep:
         flatten((args, kwargs), leaves)
         with _grad_on():
             step = self._step_for(args, kwargs, leaves)
+        from flow.graph.compile_module import run_forward
+
         arrays = [storage_of(t._data) for t in leaves]
-        fs = step.forward
-        states = [g() for g in fs._getters]
-        # the backward must see the states the forward read, even those the forward updates in place
-        before = {j: states[j].copy() for j in step._copy_states}
-        outs, news = fs.executor.run(arrays, states, [f() for f in fs._feeders])
-        for (k, _), new in zip(fs.plan.update_slots, news):
-            if new is not states[k]:
-                states[k][...] = new
-        for fn in fs._effects:
-            fn()
-        fs.runs += 1
-        n_out = step.n_out
-        saved = []
-        for kind, k in step.partition.saved:
-            if kind == "out":
-                saved.append(outs[n_out + k])
-            elif kind == "input":
-                saved.append(arrays[k])
-            else:
-                saved.append(before.get(k, states[k]))
+        outs, saved = run_forward(step, arrays)
+        fs, n_out = step.forward, step.n_out
         return unflatten(step.out_tree, fs.wrap(outs[:n_out])), SavedActivations(step, saved, len(leaves))
 
     def backward(self, saved: SavedActivations, grad_outputs, *, accumulate: bool = True) -> list:
