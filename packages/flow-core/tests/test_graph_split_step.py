@@ -198,3 +198,25 @@ def test_set_stage_and_graph_module_api():
     # without flow-dist's pipeline (or on one rank) the stage is only an annotation: the step runs as before
     x, _ = _data()
     np.testing.assert_allclose(g(x).detach().numpy(), g.m.module(x).detach().numpy(), rtol=0, atol=1e-13)
+
+
+def test_capture_backward_records_instead_of_running():
+    w = flow.ones(3, requires_grad=True)
+    loss = (w * 2).sum()
+    with flow.autograd.capture_backward() as calls:
+        loss.backward()
+        flow.autograd.backward([loss], [flow.tensor(3.0)], retain_graph=True)
+    assert w.grad is None  # nothing ran
+    assert len(calls) == 2 and calls[0].tensors == (loss,) and calls[0].grad_tensors == (None,)
+    assert calls[1].retain_graph is True and float(calls[1].grad_tensors[0]) == 3.0
+    loss.backward()  # outside the block it runs again
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0, 2.0])
+    # per thread: another thread's backward is not captured
+    import threading
+
+    v = flow.ones(2, requires_grad=True)
+    with flow.autograd.capture_backward() as mine:
+        t = threading.Thread(target=lambda: (v * 3).sum().backward())
+        t.start()
+        t.join()
+    assert mine == [] and v.grad.tolist() == [3.0, 3.0]

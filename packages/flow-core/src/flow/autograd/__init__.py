@@ -23,6 +23,8 @@ __all__ = [
     "inference_mode",
     "queue_callback",
     "functional",
+    "capture_backward",
+    "BackwardCall",
 ]
 
 
@@ -60,6 +62,50 @@ def seed_transform(fn):
         SEED_SCALE.fn = prev
 
 
+class BackwardCall:
+    """One ``backward()`` call that :func:`capture_backward` recorded instead of running."""
+
+    __slots__ = ("tensors", "grad_tensors", "retain_graph", "create_graph", "inputs")
+
+    def __init__(self, tensors, grad_tensors, retain_graph, create_graph, inputs) -> None:
+        self.tensors, self.grad_tensors, self.inputs = tensors, grad_tensors, inputs
+        self.retain_graph, self.create_graph = retain_graph, create_graph
+
+    def __repr__(self) -> str:
+        return f"BackwardCall(tensors={len(self.tensors)}, grad_tensors={self.grad_tensors!r}, inputs={self.inputs!r})"
+
+
+class _Capture(threading.local):
+    """The list :func:`capture_backward` fills, per thread (None: backward() runs)."""
+
+    def __init__(self) -> None:
+        self.calls = None
+
+
+CAPTURE = _Capture()
+
+
+@contextmanager
+def capture_backward():
+    """While active in this thread, ``backward()`` (and ``Tensor.backward()``) does not run: each call
+    is appended to the yielded list as a :class:`BackwardCall` (its tensors, gradients and options).
+
+    For code that compiles a forward apart from its backward around a function that calls
+    ``loss.backward()`` itself, e.g. a pipeline stage tracing the last part of ``nn.Graph.build``::
+
+        with flow.autograd.capture_backward() as calls:
+            graph.build(*inputs)
+        (loss,) = calls[0].tensors
+    """
+    prev = CAPTURE.calls
+    calls: list = []
+    CAPTURE.calls = calls
+    try:
+        yield calls
+    finally:
+        CAPTURE.calls = prev
+
+
 def _seed(t, g):
     """The gradient backward starts from: ones for a one-element output, else the given one."""
     if g is None:
@@ -87,6 +133,18 @@ def backward(
 ) -> None:
     """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves they depend on."""
     Tensor = engine.Tensor
+    if CAPTURE.calls is not None:  # capture_backward(): record the call instead of running it
+        single = isinstance(tensors, Tensor)
+        CAPTURE.calls.append(
+            BackwardCall(
+                (tensors,) if single else tuple(tensors),
+                (grad_tensors,) if single else grad_tensors,
+                retain_graph,
+                create_graph,
+                inputs,
+            )
+        )
+        return
     if isinstance(tensors, Tensor):
         tensors = (tensors,)
         grad_tensors = (grad_tensors,)

@@ -76,36 +76,6 @@ class _StageCall:
         return getattr(self.module, name)
 
 
-class _CaptureBackward:
-    """While the last stage's ``build`` is traced, ``loss.backward()`` records the loss instead of
-    running: the compiled backward starts from it with the schedule's seed."""
-
-    def __init__(self) -> None:
-        self.root = None
-
-    def __enter__(self):
-        # patched on the class for the length of the trace only (tracing runs in this thread; the
-        # method lives on a mixin, so restoring removes the patch rather than shadowing it)
-        self.prev = flow.Tensor.__dict__.get("backward")
-        cap = self
-
-        def backward(t, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-            if cap.root is not None or gradient is not None or inputs is not None:
-                raise PipelineError(
-                    "pipeline graph: build must call backward() once, on a scalar loss, without gradient= or inputs="
-                )
-            cap.root = t
-
-        flow.Tensor.backward = backward
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.prev is None:
-            del flow.Tensor.backward
-        else:
-            flow.Tensor.backward = self.prev
-
-
 class _StageProgram(nn.Module):
     """This rank's part of the graph's ``build`` as a module (see the module docs): its inputs are
     the received activations (not on the first stage) followed by the micro-batch's inputs."""
@@ -123,7 +93,9 @@ class _StageProgram(nn.Module):
         block = blocks[self._block_name]
         call = blocks[self._block_name] = _StageCall(self.stage, acts, self._last)
         try:
-            with _CaptureBackward() as cap:
+            # loss.backward() in build records the loss instead of running: the compiled backward
+            # starts from it with the schedule's seed
+            with flow.autograd.capture_backward() as calls:
                 try:
                     self._graph.build(*args)
                 except _StageDone as done:
@@ -132,9 +104,15 @@ class _StageProgram(nn.Module):
             blocks[self._block_name] = block
         if not call.called:
             raise PipelineError(f"pipeline graph: build never calls the staged block '{self._block_name}'")
-        if cap.root is None or cap.root.ndim != 0:
+        if len(calls) != 1 or any(g is not None for g in calls[0].grad_tensors) or calls[0].inputs is not None:
+            raise PipelineError(
+                "pipeline graph: build must call backward() once, on a scalar loss, without gradient= or inputs="
+            )
+        tensors = calls[0].tensors
+        root = tensors[0] if len(tensors) == 1 else None
+        if root is None or root.ndim != 0:
             raise PipelineError("pipeline graph: on the last stage build must call loss.backward() on a scalar loss")
-        return cap.root
+        return root
 
 
 class GraphPipelineStage(PipelineStage):
