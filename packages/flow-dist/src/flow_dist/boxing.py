@@ -14,12 +14,11 @@ B -> P      rank 0 of the group keeps the value, others zeros   0
 S(d) -> P   the piece in place in zeros of the whole            0
 ==========  ==================================================  ============================
 
-An N-d conversion changes one axis at a time. When a changed axis and a later one split the same
-dim (nested pieces), the direct collectives would mix up the pieces, so those axes go through
-broadcast: last to first to B, then first to last from B to the target. A change of placement
-goes through broadcast too: the source's first rank broadcasts the whole to the job.
-:func:`cost` gives the bytes a conversion sends per rank; the handler's signature choice and the
-graph passes use it.
+An N-d conversion changes one axis at a time, in the order (and through broadcast where two axes
+split the same dim) that sends the fewest bytes: :mod:`flow_dist.boxing_plan`. A change of
+placement goes through broadcast: the source's first rank broadcasts the whole to the job.
+:func:`cost` gives the bytes a conversion sends per rank along that plan; the handler's signature
+choice and the graph passes use it.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from flow_dist import env
+from flow_dist.boxing_plan import plan, plan_cost
 from flow_dist.comm.backend import get_backend
 from flow_dist.errors import GlobalTensorError
 from flow_dist.layout import contiguous, local_slice, piece_bounds
@@ -45,35 +45,10 @@ def box(x, nd_sbp: tuple, placement: Placement | None = None):
         return _change_placement(x, nd_sbp, placement)
     if nd_sbp == x.sbp:
         return x
-    changed = [k for k in range(len(nd_sbp)) if nd_sbp[k] != x.sbp[k]]
-    nested = _nested(x.sbp, nd_sbp, changed)
-    if len(nested) == 1:
-        k = nested[0]
-        return _axis(x, k, nd_sbp[k])
     y = x
-    for k in reversed(nested):
-        y = _axis(y, k, broadcast)
-    for k in nested:
-        y = _axis(y, k, nd_sbp[k])
+    for k, to in plan(x.shape, np.dtype(x.dtype).itemsize, x.placement.hierarchy, x.sbp, nd_sbp):
+        y = _axis(y, k, to)
     return y
-
-
-def _nested(src: tuple, dst: tuple, changed: list) -> list:
-    """The changed axes plus every later axis that splits a dim a changed axis splits."""
-    axes = set(changed)
-    grew = True
-    while grew:
-        grew = False
-        dims = {s.dim for k in axes for s in (src[k], dst[k]) if s.__class__ is Split}
-        for j in range(len(src)):
-            if (
-                j not in axes
-                and j > min(axes)
-                and any(s.__class__ is Split and s.dim in dims for s in (src[j], dst[j]))
-            ):
-                axes.add(j)
-                grew = True
-    return sorted(axes)
 
 
 def _group(x, axis: int):
@@ -198,17 +173,6 @@ def cost_1d(frm, to, nbytes: float, n: int) -> float:
 
 
 def cost(shape: tuple, itemsize: int, placement: Placement, frm: tuple, to: tuple) -> float:
-    """Bytes one rank sends to convert a tensor of logical ``shape`` from ``frm`` to ``to``."""
-    total = float(itemsize)
-    for s in shape:
-        total *= s
-    c = 0.0
-    hier = placement.hierarchy
-    for k, (a, b) in enumerate(zip(frm, to)):
-        if a != b:
-            part = total
-            for j, s in enumerate(frm):
-                if j != k and s.__class__ is Split:
-                    part /= hier[j]
-            c += cost_1d(a, b, part, hier[k])
-    return c
+    """Bytes one rank sends to convert a tensor of logical ``shape`` from ``frm`` to ``to`` (along the
+    cheapest order of its axes, :mod:`flow_dist.boxing_plan`)."""
+    return plan_cost(tuple(shape), int(itemsize), placement.hierarchy, tuple(frm), tuple(to))
