@@ -149,6 +149,25 @@ def test_incomplete_or_absent_checkpoints_are_refused(tmp_path):
         dcp.load({}, checkpoint_id=tmp_path / "half")
 
 
+def test_the_checkpoint_moved_aside_by_an_unfinished_swap_still_loads(tmp_path):
+    # a save moves the old checkpoint aside, then renames the new one in: stopped in between, the
+    # path is empty and the old one is complete at .<name>.tmp-<token>.old
+    state, m, opt = _state(0)
+    want = _values(m, opt)
+    dcp.save(state, checkpoint_id=tmp_path / "ck")
+    (tmp_path / "ck").rename(tmp_path / ".ck.tmp-1f.old")
+    (tmp_path / ".ck.tmp-20").mkdir()  # the new one's unfinished directory: no .metadata, ignored
+    state2, m2, opt2 = _state(7)
+    with pytest.warns(UserWarning, match="loading the previous one"):
+        dcp.load(state2, checkpoint_id=tmp_path / "ck")
+    dcp.set_state_dict(m2, opt2, model_state_dict=state2["model"], optim_state_dict=state2["optim"])
+    got = _values(m2, opt2)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    dcp.save(state2, checkpoint_id=tmp_path / "ck")  # the next save puts one in place and clears the rest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(TypeError, match=r"'x.f' is a builtin_function_or_method, which a checkpoint cannot hold"):
         dcp.save({"x": {"f": print}}, checkpoint_id=tmp_path / "ck")

@@ -65,6 +65,35 @@ def owned_chunks(shape: tuple, placement: Any, nd_sbp: tuple) -> list:
     return out
 
 
+def resolve(path: str, what: str) -> str:
+    """``path``, or, when nothing is there, the previous checkpoint a save had just moved aside
+    (``.<name>.tmp-<token>.old``) when it stopped before renaming the new one into place: the one
+    moment of a save (:func:`flow_dist.dcp.save._swap`) without a checkpoint at ``path``."""
+    if os.path.lexists(path):
+        return path
+    parent, name = os.path.split(path)
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return path
+    prefix = f".{name}.tmp-"
+    aside = sorted(
+        os.path.join(parent, e)
+        for e in entries
+        if e.startswith(prefix) and e.endswith(".old") and os.path.exists(os.path.join(parent, e, METADATA))
+    )
+    if len(aside) != 1:
+        return path
+    import warnings
+
+    warnings.warn(
+        f"{what}: no checkpoint at {path!r}; loading the previous one, which a save that did not finish "
+        f"left at {aside[0]!r} (the next save puts a new one in place and removes it)",
+        stacklevel=3,
+    )
+    return aside[0]
+
+
 def read_metadata(path: str, what: str) -> dict:
     """The checked ``.metadata`` of the checkpoint directory ``path``."""
     if not os.path.isdir(path):

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from flow_dist.dcp._flatten import flatten, is_tensor
-from flow_dist.dcp.format import CheckpointError, ShardReader, read_metadata
+from flow_dist.dcp.format import CheckpointError, ShardReader, read_metadata, resolve
 
 __all__ = ["load"]
 
@@ -107,7 +107,7 @@ def load(state_dict: dict, checkpoint_id: str | os.PathLike, strict: bool = True
 
     if not isinstance(checkpoint_id, (str, os.PathLike)):
         raise TypeError(f"{_WHAT}: checkpoint_id must be a path, got {type(checkpoint_id).__name__}")
-    path = os.path.abspath(os.fspath(checkpoint_id))
+    path = resolve(os.path.abspath(os.fspath(checkpoint_id)), _WHAT)
     leaves = flatten(state_dict, _WHAT)
     meta = read_metadata(path, _WHAT)
     tensors, values = meta.get("tensors", {}), meta.get("values", {})
