@@ -11,7 +11,7 @@ import numpy as np
 
 import flow
 from flow_dist import pipeline as pp
-from flow_dist.pipeline.graph import GraphPipelineStage
+from flow_dist.pipeline.graph import GraphPipelineStage, graph_stage
 from flow_models.nlp.gpt import GPT, GPTConfig
 
 flow.set_default_dtype(flow.float64)
@@ -85,7 +85,7 @@ for s in range(STEPS):
         losses.append(float(out.numpy()))
     else:
         assert out is None
-st = g._pipeline_stage
+st = graph_stage(g)
 assert isinstance(st, GraphPipelineStage) and st.split.compiles == 1, st.split.compiles
 assert st.max_in_flight == min(MICRO, STAGES - mesh.stage_index), st.max_in_flight
 if st.is_last:

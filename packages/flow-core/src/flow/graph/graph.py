@@ -22,6 +22,8 @@ its LR scheduler.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from flow.errors import FlowError
 from flow.graph.compiler import Runner, compile_step
@@ -39,6 +41,7 @@ class Block:
         d["_module"] = module
         d["_config"] = config
         d["_graph_config"] = graph_config
+        d["_call"] = None  # what Graph.substitute_block put in place of the module's call
 
     @property
     def config(self) -> BlockConfig:
@@ -79,7 +82,8 @@ class Block:
         return self._module.to(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        return self._module(*args, **kwargs)
+        call = self._call
+        return self._module(*args, **kwargs) if call is None else call(*args, **kwargs)
 
     def __getattr__(self, name: str):
         attr = getattr(self._module, name)
@@ -165,6 +169,47 @@ class Graph(Runner):
 
     def build(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define build(self, *inputs)")
+
+    # -- public accessors (for plugins that drive a graph: flow-dist's pipeline) -----------------
+    @property
+    def name(self) -> str:
+        """The graph's name (its class name), as in OneFlow; used in logs and error messages."""
+        return self._name
+
+    def named_blocks(self) -> Iterator[tuple[str, Block]]:
+        """The top-level blocks in assignment order, as ``(attribute name, Block)``."""
+        return iter(list(self._blocks.items()))
+
+    def optimizers(self) -> list:
+        """The optimizers added with :meth:`add_optimizer`, in order."""
+        return [o for o, _ in self._opts]
+
+    def lr_schedulers(self) -> list:
+        """The LR schedulers given to :meth:`add_optimizer` (None where an optimizer has none)."""
+        return [s for _, s in self._opts]
+
+    def get_grad_scaler(self):
+        """The scaler given to :meth:`set_grad_scaler`, or None."""
+        return self._grad_scaler
+
+    @contextmanager
+    def substitute_block(self, name: str, call: Callable) -> Iterator[Block]:
+        """Within the ``with`` block, ``self.<name>(...)`` in ``build`` calls ``call(...)`` instead of
+        the block's module (attribute access still reaches the module). A plugin traces part of
+        ``build`` this way, e.g. one pipeline stage: ``call`` runs the stage's module on received
+        activations. Substitutions do not nest on one block; the module's call is restored on exit."""
+        block = self._blocks.get(name)
+        if block is None:
+            raise KeyError(f"graph '{self._name}' has no block '{name}'; blocks: {list(self._blocks)}")
+        if not callable(call):
+            raise TypeError(f"substitute_block: call must be callable, got {type(call).__name__}")
+        if block._call is not None:
+            raise FlowError(f"graph '{self._name}': block '{name}' is already substituted")
+        block.__dict__["_call"] = call
+        try:
+            yield block
+        finally:
+            block.__dict__["_call"] = None
 
     # -- what is traced -------------------------------------------------------------------------
     def _modules(self) -> dict:

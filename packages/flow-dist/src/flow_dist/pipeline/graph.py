@@ -35,6 +35,8 @@ on the last stage and None on the others.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 import flow
@@ -43,7 +45,10 @@ from flow_dist import env
 from flow_dist.pipeline.schedule import Schedule1F1B, _split
 from flow_dist.pipeline.stage import _ACT_TAG, _GRAD_TAG, PipelineError, PipelineStage, _as_tuple, _np_dtype
 
-__all__ = ["run_pipeline_graph", "GraphPipelineStage"]
+__all__ = ["run_pipeline_graph", "GraphPipelineStage", "graph_stage"]
+
+# each pipelined graph's stage on this rank, built on its first call
+_STAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _StageDone(Exception):
@@ -82,26 +87,21 @@ class _StageProgram(nn.Module):
 
     def __init__(self, graph, block_name: str, first: bool, last: bool, n_acts: int) -> None:
         super().__init__()
-        self.stage = graph._blocks[block_name].module
+        self.stage = dict(graph.named_blocks())[block_name].module
         d = self.__dict__
         d["_graph"], d["_block_name"], d["_first"], d["_last"], d["_n_acts"] = graph, block_name, first, last, n_acts
 
     def forward(self, *flat):
         acts = None if self._first else tuple(flat[: self._n_acts])
         args = flat[0 if self._first else self._n_acts :]
-        blocks = self._graph._blocks
-        block = blocks[self._block_name]
-        call = blocks[self._block_name] = _StageCall(self.stage, acts, self._last)
-        try:
-            # loss.backward() in build records the loss instead of running: the compiled backward
-            # starts from it with the schedule's seed
-            with flow.autograd.capture_backward() as calls:
-                try:
-                    self._graph.build(*args)
-                except _StageDone as done:
-                    return done.out
-        finally:
-            blocks[self._block_name] = block
+        call = _StageCall(self.stage, acts, self._last)
+        # loss.backward() in build records the loss instead of running: the compiled backward
+        # starts from it with the schedule's seed
+        with self._graph.substitute_block(self._block_name, call), flow.autograd.capture_backward() as calls:
+            try:
+                self._graph.build(*args)
+            except _StageDone as done:
+                return done.out
         if not call.called:
             raise PipelineError(f"pipeline graph: build never calls the staged block '{self._block_name}'")
         if len(calls) != 1 or any(g is not None for g in calls[0].grad_tensors) or calls[0].inputs is not None:
@@ -178,7 +178,7 @@ class _GraphSchedule(Schedule1F1B):
 
 
 def _staged_block(graph):
-    staged = [(name, b) for name, b in graph._blocks.items() if b.config.stage_id is not None]
+    staged = [(name, b) for name, b in graph.named_blocks() if b.config.stage_id is not None]
     rank = env.get_rank()
     mine = []
     for name, b in staged:
@@ -217,9 +217,15 @@ def _prepare(graph):
     group = tuple(replica * num_stages + k for k in range(num_stages))
     first, last = s == 0, s == num_stages - 1
     program = _StageProgram(graph, name, first, last, 0)
-    split = SplitStep(program, graph.config, f"{graph._name}[stage {s}]")
+    split = SplitStep(program, graph.config, f"{graph.name}[stage {s}]")
     st = GraphPipelineStage(program, split, s, num_stages, group_ranks=group, dp_ranks=dp_ranks)
     return st
+
+
+def graph_stage(graph) -> GraphPipelineStage | None:
+    """This rank's stage of a pipelined ``nn.Graph`` (its schedule state, compile count and peak of
+    micro-batches in flight), or None before the graph's first pipelined call."""
+    return _STAGES.get(graph)
 
 
 def run_pipeline_graph(graph, args: tuple, kwargs: dict):
@@ -230,15 +236,15 @@ def run_pipeline_graph(graph, args: tuple, kwargs: dict):
         return NotImplemented
     if kwargs:
         raise PipelineError("pipeline graph: pass the inputs of build positionally")
-    if not graph._opts:
+    if not graph.optimizers():
         raise PipelineError("pipeline graph: a pipelined graph trains; add an optimizer")
-    if graph._grad_scaler is not None:
+    if graph.get_grad_scaler() is not None:
         raise PipelineError("pipeline graph: loss scaling (set_grad_scaler) is not supported with pipeline stages")
-    st = graph.__dict__.get("_pipeline_stage")
+    st = _STAGES.get(graph)
     if st is None:
-        st = graph.__dict__["_pipeline_stage"] = _prepare(graph)
+        st = _STAGES[graph] = _prepare(graph)
     n = graph.config.gradient_accumulation_steps
-    chunks = [_split(a, n, f"pipeline graph '{graph._name}': input {i}") for i, a in enumerate(args)]
+    chunks = [_split(a, n, f"pipeline graph '{graph.name}': input {i}") for i, a in enumerate(args)]
     st.mb_inputs = [tuple(c[k] for c in chunks) for k in range(n)]
     st.losses = []
     params = list(st.module.parameters())
@@ -253,7 +259,7 @@ def run_pipeline_graph(graph, args: tuple, kwargs: dict):
     sched._run()
     st.wait_sends()
     st.sync_grads()
-    for opt, _ in graph._opts:
+    for opt in graph.optimizers():
         opt.step()
     for p in params:
         p.grad = None
