@@ -39,6 +39,29 @@ w = b.all_reduce(value(rank), async_op=True)
 np.testing.assert_allclose(w.wait(), sum(everyone))
 assert w.is_completed()
 
+# several collectives in flight whose send buffers are made inside the call (a concatenation, a
+# dtype conversion): the handles must keep them alive until wait(), or freed memory that is
+# reused before MPI reads it gives silently wrong sums
+big = 1 << 20
+works, refs = [], []
+for k in range(3):
+    pieces = [np.full(big, float(rank + k + 1)) for _ in range(n)]
+    works.append(("rs", b.reduce_scatter(pieces, async_op=True)))
+    refs.append(np.full(big, float(sum(r + k + 1 for r in range(n)))))
+    works.append(("ar", b.all_reduce(np.full(big, rank + k + 1, dtype=np.int32), async_op=True)))
+    refs.append(np.full(big, sum(r + k + 1 for r in range(n)), dtype=np.int32))
+    works.append(("ag", b.all_gather(np.full(big, float(rank + k)).reshape(-1, 2)[:, 0], async_op=True)))
+    refs.append([np.full(big // 2, float(r + k)) for r in range(n)])
+junk = [np.full(big * n, -1e9) for _ in range(8)]  # reuse whatever was freed
+for (kind, w), ref in zip(works, refs):
+    got = w.wait()
+    if kind == "ag":
+        for g, e in zip(got, ref):
+            np.testing.assert_array_equal(g, e, err_msg=kind)
+    else:
+        np.testing.assert_array_equal(got, ref, err_msg=kind)
+del junk
+
 # uneven all-gather (pieces of numpy.array_split) and all-to-all
 whole = np.arange(7 * 3, dtype=np.float32).reshape(7, 3)
 pieces = np.array_split(whole, n)

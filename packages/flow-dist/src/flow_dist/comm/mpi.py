@@ -186,7 +186,7 @@ class MPIBackend(Backend):
                 np.divide(recv, self.size, out=recv, casting="unsafe")
             return recv.astype(a.dtype, copy=False).reshape(a.shape)
 
-        return _result(finish, req, async_op)
+        return _result(finish, req, async_op, keep=(send, recv))
 
     def all_gather(self, a, async_op=False):
         shapes = self._shapes("all_gather", a)
@@ -200,7 +200,7 @@ class MPIBackend(Backend):
             self._wait([req], "all_gather")
             return [recv[o : o + c].view(a.dtype).reshape(s).copy() for o, c, s in zip(displs, counts, shapes)]
 
-        return _result(finish, req, async_op)
+        return _result(finish, req, async_op, keep=(send, recv))
 
     def reduce_scatter(self, pieces, op="sum", async_op=False):
         if len(pieces) != self.size:
@@ -220,7 +220,7 @@ class MPIBackend(Backend):
             r = recv / self.size if op == "avg" else recv
             return r.astype(dt, copy=False).reshape(mine.shape)
 
-        return _result(finish, req, async_op)
+        return _result(finish, req, async_op, keep=(send, recv))
 
     def broadcast(self, a, src=0, async_op=False):
         self._peer(src, "broadcast")
@@ -232,7 +232,7 @@ class MPIBackend(Backend):
             self._wait([req], "broadcast")
             return buf
 
-        return _result(finish, req, async_op)
+        return _result(finish, req, async_op, keep=(buf,))
 
     def reduce(self, a, dst=0, op="sum", async_op=False):
         self._peer(dst, "reduce")
@@ -250,7 +250,7 @@ class MPIBackend(Backend):
             r = recv / self.size if op == "avg" else recv
             return r.astype(a.dtype, copy=False).reshape(a.shape)
 
-        return _result(finish, req, async_op)
+        return _result(finish, req, async_op, keep=(send, recv))
 
     def all_to_all(self, pieces, async_op=False):
         if len(pieces) != self.size:
@@ -280,7 +280,7 @@ class MPIBackend(Backend):
             self._wait([req], "all_to_all")
             return [recv[o : o + c].view(dt).reshape(s).copy() for o, c, s in zip(rdispl, rcounts, shapes)]
 
-        return _result(finish, req, async_op)
+        return _result(finish, req, async_op, keep=(send, recv))
 
     def send(self, a, dst, tag=0, async_op=False):
         self._peer(dst, "send")
@@ -294,7 +294,7 @@ class MPIBackend(Backend):
             self._wait(reqs, "send")
             return None
 
-        return _result(finish, reqs[0], async_op, reqs)
+        return _result(finish, reqs[0], async_op, reqs, keep=(head, data))
 
     def recv(self, out, src, tag=0, async_op=False):
         self._peer(src, "recv")
@@ -317,7 +317,7 @@ class MPIBackend(Backend):
             out[...] = buf
             return out
 
-        return _result(finish, req, async_op)
+        return _result(finish, req, async_op, keep=(buf,))
 
     def barrier(self, async_op=False):
         self._agree("barrier")
@@ -379,9 +379,20 @@ def _tag(ranks: tuple) -> int:
     return hash(ranks) & 0x7FFF
 
 
-def _result(finish, req, async_op: bool, reqs: Sequence | None = None):
+def _result(finish, req, async_op: bool, reqs: Sequence | None = None, keep: tuple = ()):
+    """Run ``finish`` now, or return a Work that runs it on wait(). ``keep``: the buffers MPI reads
+    or writes while the request is in flight — mpi4py does not hold them, so a send buffer made
+    here (a concatenation, a converted copy) would be freed and reused mid-collective and the
+    result silently wrong; the Work holds them until the request has completed."""
     if not async_op:
         return finish()
     MPI = _mpi()
     watch = list(reqs) if reqs is not None else [req]
-    return Work(finish, lambda: MPI.Request.Testall(watch))
+
+    def wait():
+        out = finish()
+        held.clear()
+        return out
+
+    held = list(keep)
+    return Work(wait, lambda: MPI.Request.Testall(watch))
