@@ -31,6 +31,9 @@ def flow_register_ops(registry) -> None:
 
     boxing_op.register(registry)
     grad_buckets.register(registry)
+    from flow_dist.zero import buckets as zero_buckets
+
+    zero_buckets.register(registry)  # the reduce-scatter buckets of the zero pass
 
 
 @hookimpl
@@ -39,6 +42,9 @@ def flow_register_kernels(registry) -> None:
 
     boxing_op.register_kernels(registry)
     grad_buckets.register_kernels(registry)
+    from flow_dist.zero import buckets as zero_buckets
+
+    zero_buckets.register_kernels(registry)
 
 
 @hookimpl

@@ -20,9 +20,13 @@ updates' SBP rule (:mod:`flow_dist.rules.update`), which runs the update on the 
 gradient is then all-reduced when accumulated and sliced for the update, which the pass fuses into
 one reduce-scatter.
 
-Stage 2 keeps the same rewrite: the reduce-scattered gradient is the only gradient the update
-reads, so no whole gradient outlives the backward pass (``param.grad`` of a compiled step is not
-filled either way). Stage 3 is refused. Only parameters on a 1-d placement are sharded (on N-d
+Each gradient's reduce-scatter sits where backward completes the gradient, and the update reads
+only its rows (``param.grad`` of a compiled step is not filled). The reduce-scatters then go in
+buckets (:mod:`flow_dist.zero.buckets`, ``zero.bucket_size_mb``): one collective per bucket, after
+its last gradient. A bucket keeps its gradients whole until it closes, which is where the stages
+differ: stage 1 uses the bucket size as given (the fewest collectives), stage 2 caps it at 1/n of
+the gradients' bytes, so the whole gradients alive at any time stay within 1/n of them and the
+step's peak is lower. Stage 3 is refused. Only parameters on a 1-d placement are sharded (on N-d
 placements the data-parallel axis is not known here; they keep their all-reduce).
 """
 
@@ -40,6 +44,7 @@ from flow_dist.boxing import OP_NAME as BOXING
 from flow_dist.global_array import GlobalArray
 from flow_dist.layout import local_shape, local_slice
 from flow_dist.sbp import Broadcast, PartialSum, Split, broadcast, split
+from flow_dist.zero.buckets import bucket_reduce_scatters, bucket_size_bytes
 
 if TYPE_CHECKING:
     from flow.graph.config import GraphConfig
@@ -131,7 +136,9 @@ def zero(ir: GraphIR, config: GraphConfig) -> GraphIR:
     """The ``zero`` pass (see the module docstring)."""
     z = _settings(config)
     min_size = int(z.get("shard_min_size", 1024))
+    limit = bucket_size_bytes(config)
     users = ir.users()
+    reduce_scatters = []  # the gradients' reduce-scatters, for the buckets
     for node in list(ir.nodes):
         if node.name not in UPDATE_OPS or node.tags.get("phase") != "optimizer":
             continue
@@ -143,12 +150,13 @@ def zero(ir: GraphIR, config: GraphConfig) -> GraphIR:
             if _is_box(param.producer, Broadcast, Split) and param.producer.inputs[0].kind == "state":
                 # traced with the states already laid out S(0) (a recompile): the update rule ran it on the
                 # rows; its gradient was all-reduced and then sliced, which is one reduce-scatter
-                _fuse_grad(ir, _get(node, slots[n + k]), users)
+                reduce_scatters.extend(_fuse_grad(ir, _get(node, slots[n + k]), users))
                 continue
             spec = ir.state_specs.get(param.id) if param.kind == "state" else None
             if spec is None or spec.tensor is None or not _shardable(param, min_size):
                 continue
-            _shard(ir, node, slots, n, n_states, k, param, spec.tensor, users)
+            reduce_scatters.extend(_shard(ir, node, slots, n, n_states, k, param, spec.tensor, users))
+    bucket_reduce_scatters(ir, reduce_scatters, int(z.get("stage", 1)), limit)
     return ir
 
 
@@ -161,27 +169,29 @@ def _is_box(node, frm, to) -> bool:
     )
 
 
-def _fuse_grad(ir, grad, users) -> None:
-    """An all-reduce (P -> B) read only by a slice (B -> S(0)) becomes one reduce-scatter (P -> S(0))."""
+def _fuse_grad(ir, grad, users) -> list:
+    """An all-reduce (P -> B) read only by a slice (B -> S(0)) becomes one reduce-scatter (P -> S(0)),
+    which is returned (in a list: none when there is nothing to fuse)."""
     cut = grad.producer
     if not _is_box(cut, Broadcast, Split):
-        return
+        return []
     whole = cut.inputs[0]
     red = whole.producer
     if not _is_box(red, PartialSum, Broadcast) or len(users.get(whole.id, ())) != 1 or whole.id in _roots(ir):
-        return
+        return []
     red.attrs["to"] = cut.attrs["to"]
     _set_layout(whole, grad.shape, tuple(grad.attrs.get("sbp", (cut.attrs["to"],))))
     mark_node_checked(red)
     ir.replace_uses({grad.id: whole})
     ir.remove_nodes({cut.id})
+    return [red]
 
 
 def _roots(ir) -> set:
     return {v.id for v in ir.live_roots()}
 
 
-def _shard(ir, node, slots, n, n_states, k, param, tensor, users) -> None:
+def _shard(ir, node, slots, n, n_states, k, param, tensor, users) -> list:
     placement, shape = param.attrs["placement"], tuple(param.shape)  # broadcast: the piece is the whole
     coord = tuple(tensor._data.coord)  # this process's place in the placement
     s0 = (split(0),)
@@ -199,7 +209,9 @@ def _shard(ir, node, slots, n, n_states, k, param, tensor, users) -> None:
         g_node.attrs["to"] = split(0)
         _set_layout(grad, piece, s0)
         mark_node_checked(g_node)
+        made = [g_node]  # a gradient's own reduce-scatter: it can go in a bucket
     else:
+        made = []  # the whole reduced gradient is read elsewhere too: only sliced here
         g_node = ir.emit(BOXING, [grad], dict(box, sbp=tuple(grad.attrs["sbp"]), to=split(0)), before=node)
         _set_layout(g_node.outputs[0], piece, s0)
         _put(node, slots[n + k], g_node.outputs[0])
@@ -230,6 +242,7 @@ def _shard(ir, node, slots, n, n_states, k, param, tensor, users) -> None:
             m.map_inputs(swap)
     ir.outputs = [swap(v) for v in ir.outputs]
     ir.updates = [(s, swap(v)) for s, v in ir.updates]
+    return made
 
 
 def register_pass(registry) -> None:
