@@ -2,9 +2,9 @@
 
     python benchmarks/amp.py                          # the tables (10-15 minutes on 2 loaded cores)
     python benchmarks/amp.py --quick                  # a smoke run (about two minutes; noisy)
-    python benchmarks/amp.py --threads 2 --timer wall # wall time at 2 threads instead of 1 thread's CPU time
+    python benchmarks/amp.py --threads 1,2 --timer wall   # wall time at 1 and 2 threads instead of 1 thread's CPU time
     python benchmarks/amp.py --json out.json          # also write the figures as JSON
-    python benchmarks/amp.py --worker flow-amp gpt --profile amp.prof   # one mode in this process, cProfile'd
+    python benchmarks/amp.py --profile flow-amp gpt amp.prof   # one mode in this process, cProfile'd
 
 Modes, on the models, batches, optimizers and hyper-parameters of models.py (its builders and
 graph.py's graph step are imported, not copied):
@@ -18,13 +18,13 @@ graph.py's graph step are imported, not copied):
 - ``flow-eager-f32`` / ``flow-eager-amp``: flow eager, without / with ``flow.autocast`` around
   forward and loss.
 
-Method (that of models.py and graph.py). Each (mode, model) runs in a fresh subprocess which makes
-the batch, records its RSS, builds the model, runs ``warmup`` untimed and ``steps`` timed training
-steps; modes alternate in rotating order ``repeats`` times per model, and the 1-minute load
-average is taken before each worker. Step time is the process's CPU time at 1 thread by default
-(the machine is shared; one thread's CPU time does not count waiting), wall time with ``--timer
-wall``; figures are the median and the range (min-max) of all timed steps of all repeats.
-Every mode runs the same number of steps per model (``STEPS``).
+Method: harness.py's (a fresh process per mode, model, thread count and round, rounds alternating the
+order, the load average before and after every round). The worker makes the batch, records its
+RSS, builds the model, runs ``warmup`` untimed and ``steps`` timed training steps. Step time is the
+process's CPU time at 1 thread by default (the machine is shared; one thread's CPU time does not
+count waiting), wall time with ``--timer wall``; figures are the median of all timed steps of all
+rounds and the range (min-max) of the per-process medians. Every mode runs the same number of
+steps per model (``STEPS``).
 
 Memory, per worker:
 
@@ -44,18 +44,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
+import importlib
+import statistics
 import subprocess
 import sys
-import time
 
-import _common as C
 import graph as G
+import harness as H
 import models as M
 import saved_activations as S
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = H.HERE
 MODES = ("flow-f32", "flow-amp", "flow-eager-f32", "flow-eager-amp", "torch-f32", "torch-amp")
 GRAPH_MODES = ("flow-f32", "flow-amp")
 MODELS = ("gpt", "resnet18", "mlp")
@@ -106,89 +105,84 @@ def make_eager_workload(fw, model: str, batch: dict, amp: bool):
     return m, (*inputs, target), step
 
 
-# -- one (mode, model) in this process -------------------------------------------------------------
-def _run_steps(step, warmup: int, steps: int, clock, first=None) -> tuple[list, list]:
-    losses, times = [], []
-    for i in range(warmup + steps):
-        t0 = clock()
-        losses.append(first() if i == 0 and first is not None else step())
-        if i >= warmup:
-            times.append(clock() - t0)
-    return times, losses
-
-
-def worker(mode: str, model: str, warmup: int, steps: int, timer: str, threads: int, profile: str | None = None):
+# -- one (mode, model) in a process of its own, run by harness.py -----------------------------------
+def setup_mode(mode: str, model: str):
+    """harness setup: ``mode``'s training step of ``model``. The first call compiles the graph (graph
+    modes) or counts PyTorch's saved tensors (torch modes); the report gives the saved bytes, the
+    planned peak, the compile time and the loss of every step."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
-    if warmup < 1:
-        raise ValueError("warmup must be >= 1 (the first step compiles the graph or measures saved tensors)")
+    if model not in STEPS:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
     framework = "torch" if mode.startswith("torch") else "flow"
     amp = mode.endswith("-amp")
-    fw = C.setup(framework, threads)
+    fw = importlib.import_module(framework)
     fw.manual_seed(0)
     batch = M.make_batch(model)
-    base_rss = C.current_rss()
-    clock = C.TIMERS[timer]
-    res: dict = {"mode": mode, "model": model, "version": getattr(fw, "__version__", "?")}
-    first = None
+    H.mark_baseline()
+    res: dict = {"losses": []}
     if mode in GRAPH_MODES:
         g, step = G.make_graph_workload(fw, model, batch)
         if amp:
             g.config.enable_amp(True, dtype=fw.bfloat16)
-    else:
-        m, inputs, eager_step = make_eager_workload(fw, model, batch, amp)
-        step = eager_step
-        if framework == "torch":
-            probe = S.TorchSavedTensors(fw, [*m.parameters(), *m.buffers(), *inputs])
 
-            def first():
-                loss = eager_step(probe)
-                res["saved"] = probe.report()
-                return loss
+        def timed():
+            res["losses"].append(step())
 
-    if profile:
-        import cProfile
+        def report() -> dict:
+            from flow.graph.passes.memory import memory_report
 
-        _run_steps(step, warmup, 0, clock, first)
-        prof = cProfile.Profile()
-        prof.enable()
-        times, losses = _run_steps(step, 0, steps, clock)
-        prof.disable()
-        prof.dump_stats(profile)
-    else:
-        t0 = clock()
-        first_loss = first() if first is not None else step()
-        res["first_s"] = clock() - t0
-        times, losses = _run_steps(step, warmup - 1, steps, clock)
-        losses.insert(0, first_loss)
-    res.update(times=times, losses=losses, peak_rss_bytes=C.peak_rss() - base_rss, baseline_rss=base_rss)
-    if mode in GRAPH_MODES:
-        from flow.graph.passes.memory import memory_report
+            ir = g._latest.ir
+            plan = memory_report(g._latest.plan)["peak_bytes"]
+            return {
+                **res,
+                "saved": S.graph_saved_bytes(ir),
+                "planned_peak_bytes": plan,
+                "amp_pass": ir.meta.get("amp"),
+                "compile_s": g.compile_time,
+            }
 
-        ir = g._latest.ir
-        res["saved"] = S.graph_saved_bytes(ir)
-        res["planned_peak_bytes"] = memory_report(g._latest.plan)["peak_bytes"]
-        res["amp_pass"] = ir.meta.get("amp")
-        res["compile_s"] = g.compile_time
-    return res
+        return timed, report
+    m, inputs, eager_step = make_eager_workload(fw, model, batch, amp)
+    probe = S.TorchSavedTensors(fw, [*m.parameters(), *m.buffers(), *inputs]) if framework == "torch" else None
+
+    def timed():
+        if probe is not None and not res["losses"]:  # the first step (a warm-up one) counts the saved tensors
+            res["losses"].append(eager_step(probe))
+            res["saved"] = probe.report()
+        else:
+            res["losses"].append(eager_step())
+
+    return timed, lambda: dict(res)
 
 
-def steps_for(mode: str, model: str, quick: bool, warmup: int | None, steps: int | None) -> tuple[int, int]:
-    table = QUICK_STEPS if quick else STEPS
-    w, s = table[model]
-    return (w if warmup is None else warmup), (s if steps is None else steps)
+def steps_for(model: str, quick: bool) -> tuple[int, int]:
+    return (QUICK_STEPS if quick else STEPS)[model]
 
 
-def run_worker(mode: str, model: str, warmup: int, steps: int, timer: str, threads: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, model]
-    cmd += ["--warmup", str(warmup), "--steps", str(steps), "--timer", timer, "--threads", str(threads)]
-    env = dict(os.environ)
-    for var in C.THREAD_VARS:  # the thread pools read these when they start
-        env[var] = str(threads)
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{mode} {model} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def cases(models, modes) -> list[H.Case]:
+    out = []
+    for model in models:
+        for md in modes:
+            fw = "torch" if md.startswith("torch") else "flow"
+            variant = md.split("-", 1)[1]  # the case's name is then the mode, "flow amp" for flow-amp
+            out.append(H.Case(fw, variant, "amp:setup_mode", {"mode": md, "model": model}, group=model))
+    return out
+
+
+def profile(mode: str, model: str, path: str, warmup: int, steps: int) -> None:
+    """cProfile ``steps`` timed steps of one mode and model in this process, after ``warmup`` untimed ones."""
+    import cProfile
+
+    step, _ = setup_mode(mode, model)
+    for _ in range(warmup):
+        step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    prof.dump_stats(path)
 
 
 # -- the side-by-side run ----------------------------------------------------------------------------
@@ -212,25 +206,26 @@ def tree_state() -> str:
     return f"{head} + {len(changed)} changed files under packages/ (diff {digest})"
 
 
-def _summary(per: dict) -> dict:
-    times = per["times"]
+def _summary(r: dict, timer: str) -> dict:
+    """The figures of one mode from its harness row: step time by ``timer``, memory, what the workers reported."""
+    t, last = r[timer], r["extra_last"]
     row = {
-        "step_ms": C.median(times) * 1e3,
-        "min_ms": min(times) * 1e3,
-        "max_ms": max(times) * 1e3,
-        "timed_steps": len(times),
-        "peak_rss_mib": C.mib(C.median(per["rss"])),
-        "losses": per["losses"],
+        "step_ms": t["median"] * 1e3,
+        "min_ms": t["min"] * 1e3,  # the range of the per-process medians
+        "max_ms": t["max"] * 1e3,
+        "timed_steps": t["n"],
+        "peak_rss_mib": r["peak_mib"]["median"],
+        "losses": last["losses"],
     }
-    if per["saved"] is not None:
-        row["saved"] = per["saved"]
-        row["saved_mib"] = C.mib(per["saved"]["total"])
-    if per["planned"]:
-        row["planned_peak_mib"] = C.mib(C.median(per["planned"]))
-    if per["compile"]:
-        row["compile_s"] = C.median(per["compile"])
-    if per["amp_pass"]:
-        row["amp_pass"] = per["amp_pass"]
+    if last.get("saved") is not None:  # the same in every process (one trace, one seed)
+        row["saved"] = last["saved"]
+        row["saved_mib"] = last["saved"]["total"] / (1 << 20)
+    if "planned_peak_bytes" in r["extra"]:
+        row["planned_peak_mib"] = r["extra"]["planned_peak_bytes"]["median"] / (1 << 20)
+    if "compile_s" in r["extra"]:
+        row["compile_s"] = r["extra"]["compile_s"]["median"]
+    if last.get("amp_pass"):
+        row["amp_pass"] = last["amp_pass"]
     return row
 
 
@@ -257,77 +252,41 @@ def _ratios(row: dict) -> dict:
     return {k: v for k, v in r.items() if v is not None}
 
 
-def _record(p: dict, res: dict) -> None:
-    p["times"] += res["times"]
-    p["rss"].append(res["peak_rss_bytes"])
-    p["losses"] = res["losses"]
-    p["saved"] = res.get("saved", p["saved"])  # the same in every repeat (one trace, one seed)
-    p["amp_pass"] = res.get("amp_pass")
-    if "planned_peak_bytes" in res:
-        p["planned"].append(res["planned_peak_bytes"])
-        p["compile"].append(res["compile_s"])
-
-
-def _model_row(model: str, modes, per: dict, per_steps: dict, repeats: int) -> dict:
-    row = {"model": model, "batch": M.BATCH[model], "repeats": repeats, "steps": per_steps}
-    ran = [md for md in modes if per[md]["times"]]
-    for md in modes:
-        row[md] = _summary(per[md]) if md in ran else {"error": per[md]["error"]}
-    if ran:
-        common = min(len(per[md]["losses"]) for md in ran)
+def model_rows(report: dict, modes, timer: str) -> list[dict]:
+    """One row per (model, thread count) from harness.run's report: each mode's figures, the loss at the
+    last step every mode ran, and the ratios."""
+    by: dict = {}
+    for r in report["results"]:
+        by.setdefault((r["group"], r["threads"]), {})[f"{r['framework']}-{r['variant']}"] = r
+    rows = []
+    for (model, threads), per in by.items():
+        row = {"model": model, "threads": threads, "batch": M.BATCH[model], "rounds": report["rounds"]}
+        for md in modes:
+            row[md] = _summary(per[md], timer)
+        common = min(len(row[md]["losses"]) for md in modes)
         row["loss_step"] = common
-        for md in ran:
-            row[md]["loss"] = per[md]["losses"][common - 1]
-    row["ratios"] = _ratios(row)
-    return row
+        for md in modes:
+            row[md]["loss"] = row[md]["losses"][common - 1]
+        row["ratios"] = _ratios(row)
+        rows.append(row)
+    return rows
 
 
-def run(models, modes, repeats: int, quick: bool, warmup, steps, timer: str, threads: int, log=sys.stderr) -> dict:
-    results, versions, loads, trees = [], {}, [], []
-    for model in models:
-        keys = ("times", "rss", "planned", "compile")
-        per = {md: {**{k: [] for k in keys}, "saved": None, "losses": None, "error": None} for md in modes}
-        per_steps = {md: steps_for(md, model, quick, warmup, steps) for md in modes}
-        for r in range(repeats):
-            order = modes[r % len(modes) :] + modes[: r % len(modes)]
-            for md in order:
-                if per[md]["error"]:
-                    continue  # a mode that failed once fails again: no point in repeating it
-                load = os.getloadavg()[0]
-                loads.append(load)
-                tree = tree_state()
-                if tree not in trees:
-                    trees.append(tree)
-                try:
-                    res = run_worker(md, model, *per_steps[md], timer, threads)
-                except RuntimeError as e:
-                    per[md]["error"] = str(e).strip().splitlines()[-1]
-                    print(f"  {model:<9} {md:<15} FAILED: {per[md]['error']}", file=log, flush=True)
-                    continue
-                _record(per[md], res)
-                versions["torch" if md.startswith("torch") else "flow"] = res["version"]
-                saved = f", saved {C.mib(res['saved']['total']):7.1f} MiB" if "saved" in res else ""
-                print(
-                    f"  {model:<9} {md:<15} run {r + 1}/{repeats} (load {load:.2f}): median step "
-                    f"{C.median(res['times']) * 1e3:9.1f} ms, RSS peak {C.mib(res['peak_rss_bytes']):7.1f} MiB"
-                    f"{saved}, loss {res['losses'][-1]:.4f}",
-                    file=log,
-                    flush=True,
-                )
-        results.append(_model_row(model, modes, per, per_steps, repeats))
-    machine = C.machine_info()
-    machine.update(
-        threads=threads,
-        timer=timer,
-        versions=versions,
-        trees=trees,  # the tree before each worker: more than one means it changed during the run
-        date=time.strftime("%Y-%m-%d %H:%M"),
-        loads=loads,
-        load_min=min(loads),
-        load_median=C.median(loads),
-        load_max=max(loads),
+def run(models, modes, args: argparse.Namespace) -> dict:
+    """harness.run over every mode and model; the report of the tables, the harness's report inside."""
+    tree = tree_state()
+    warmup = (
+        (lambda c: max(1, args.warmup)) if args.warmup is not None else (lambda c: steps_for(c.group, args.quick)[0])
     )
-    return {"machine": machine, "results": results}
+    steps = args.steps if args.steps is not None else (lambda c: steps_for(c.group, args.quick)[1])
+    rounds = 1 if args.quick else args.rounds
+    h = H.run(cases(models, modes), rounds, args.threads, warmup, steps)
+    trees = [tree] + ([t] if (t := tree_state()) != tree else [])
+    loads = [x for ld in h["loads"] for x in (ld["before"][0], ld["after"][0])]
+    machine = {**h["machine"], "threads": ",".join(map(str, args.threads)), "timer": args.timer}
+    machine.update(versions=h["versions"], trees=trees, date=h["date"], loads=loads)
+    machine.update(load_min=min(loads), load_median=statistics.median(loads), load_max=max(loads))
+    return {"machine": machine, "results": model_rows(h, modes, args.timer), "harness": h}
 
 
 # -- the tables ------------------------------------------------------------------------------------
@@ -359,7 +318,7 @@ def print_table(report: dict, out=sys.stdout) -> None:
     print(
         f"{m['date']}; {m['cpu']}, {m['cores']} cores; Python {m['python']}, NumPy {m['numpy']}, "
         f"torch {v.get('torch', '-')}, flow {v.get('flow', '-')}; {m['threads']} thread(s), "
-        f"{m['timer']} time; 1-min load average before the workers: min {m['load_min']:.2f}, "
+        f"{m['timer']} time; 1-min load average before and after the rounds: min {m['load_min']:.2f}, "
         f"median {m['load_median']:.2f}, max {m['load_max']:.2f}",
         file=out,
     )
@@ -367,41 +326,45 @@ def print_table(report: dict, out=sys.stdout) -> None:
     note = " (it changed during the run: workers measured different code)" if len(trees) > 1 else ""
     print(f"tree: {' -> '.join(trees)}{note}", file=out)
     head = (
-        f"{'model':<9}{'mode':<16}{'steps':>6}{'step ms':>10}{'(min-max)':>20}{'saved MiB':>11}"
+        f"{'model':<13}{'mode':<16}{'steps':>6}{'step ms':>10}{'(min-max)':>20}{'saved MiB':>11}"
         f"{'planned MiB':>13}{'RSS MiB':>9}{'loss':>9}"
     )
     print(head, file=out)
     for row in report["results"]:
+        label = f"{row['model']} x{row['threads']}"
         for md in MODES:
             s = row.get(md)
             if s is None:
                 continue
-            if "error" in s:
-                print(f"{row['model']:<9}{md:<16}failed: {s['error']}", file=out)
-                continue
             rng = f"({s['min_ms']:.1f}-{s['max_ms']:.1f})"
             print(
-                f"{row['model']:<9}{md:<16}{s['timed_steps']:>6}{s['step_ms']:>10.1f}{rng:>20}"
+                f"{label:<13}{md:<16}{s['timed_steps']:>6}{s['step_ms']:>10.1f}{rng:>20}"
                 f"{_fmt(s.get('saved_mib'), '.1f', 11)}{_fmt(s.get('planned_peak_mib'), '.1f', 13)}"
                 f"{s['peak_rss_mib']:>9.1f}{s['loss']:>9.4f}",
                 file=out,
             )
         if "loss_step" in row:
-            print(f"{'':<9}(loss at step {row['loss_step']}; steps: timed steps over all repeats)", file=out)
+            print(
+                f"{'':<13}(loss at step {row['loss_step']}; steps: all rounds; range: per-process medians)",
+                file=out,
+            )
     print(file=out)
     keys = []
     for row in report["results"]:
         keys += [k for k in row["ratios"] if k not in keys]
-    print(f"{'ratio':<34}" + "".join(f"{row['model']:>10}" for row in report["results"]), file=out)
+    print(
+        f"{'ratio':<34}" + "".join(f"{row['model'] + ' x' + str(row['threads']):>12}" for row in report["results"]),
+        file=out,
+    )
     for k in keys:
-        print(f"{k:<34}" + "".join(_fmt(row["ratios"].get(k), ".2f", 10) for row in report["results"]), file=out)
+        print(f"{k:<34}" + "".join(_fmt(row["ratios"].get(k), ".2f", 12) for row in report["results"]), file=out)
     print(file=out)
     for row in report["results"]:
         for md in MODES:
             s = row.get(md, {}).get("saved")
             if s:
-                parts = ", ".join(f"{dt} {C.mib(b):.1f}" for dt, b in sorted(s["by_dtype"].items()))
-                extra = f"; param copies {C.mib(s['param_copies']):.1f}" if "param_copies" in s else ""
+                parts = ", ".join(f"{dt} {b / (1 << 20):.1f}" for dt, b in sorted(s["by_dtype"].items()))
+                extra = f"; param copies {s['param_copies'] / (1 << 20):.1f}" if "param_copies" in s else ""
                 print(f"saved MiB by dtype, {row['model']} {md}: {parts}{extra} ({s['buffers']} buffers)", file=out)
     print(file=out)
     print(f"targets: {TARGETS}", file=out)
@@ -413,39 +376,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
-    p.add_argument("--steps", type=int, help="timed steps per process (default: per model and mode)")
-    p.add_argument("--warmup", type=int, help="untimed steps per process, >= 1 (default: per model and mode)")
-    p.add_argument("--repeats", type=int, default=3, help="processes per mode and model (rotating order)")
-    p.add_argument("--quick", action="store_true", help="a short smoke run: fewer steps, one process each")
-    p.add_argument("--timer", choices=sorted(C.TIMERS), default="cpu", help="cpu (default): CPU time; wall")
-    p.add_argument("--threads", type=int, default=THREADS, help=f"threads of each framework (default {THREADS})")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
-    p.add_argument("--worker", nargs=2, metavar=("MODE", "MODEL"), help="internal: one mode and model, print JSON")
-    p.add_argument("--profile", metavar="PATH", help="with --worker: cProfile the timed steps into PATH")
+    p.add_argument("--timer", choices=("cpu", "wall"), default="cpu", help="cpu (default): CPU time; wall")
+    H.add_args(p, rounds=3, threads=str(THREADS))
+    p.add_argument("--profile", nargs=3, metavar=("MODE", "MODEL", "PATH"), help="cProfile one mode in this process")
     args = p.parse_args(argv)
     if args.warmup is not None and args.warmup < 1:
         p.error("--warmup must be >= 1 (the first step compiles the graph or measures saved tensors)")
-    models = [x.strip() for x in args.models.split(",") if x.strip()]
-    for x in models:
-        if x not in MODELS:
-            p.error(f"unknown model {x!r}; choose from {', '.join(MODELS)}")
-    modes = tuple(x.strip() for x in args.modes.split(",") if x.strip())
-    for x in modes:
-        if x not in MODES:
-            p.error(f"unknown mode {x!r}; choose from {', '.join(MODES)}")
-    if args.worker:
-        mode, model = args.worker
-        if model not in MODELS or mode not in MODES:
-            p.error(f"--worker takes a mode of {', '.join(MODES)} and a model of {', '.join(MODELS)}")
-        w, s = steps_for(mode, model, args.quick, args.warmup, args.steps)
-        print(json.dumps(worker(mode, model, w, s, args.timer, args.threads, args.profile)))
+    try:
+        models = H.parse_list(args.models, MODELS, "model")
+        modes = tuple(H.parse_list(args.modes, MODES, "mode"))
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    if args.profile:
+        mode, model, path = args.profile
+        w, s = steps_for(model, args.quick)
+        profile(mode, model, path, args.warmup or w, args.steps or s)
         return 0
-    repeats = 1 if args.quick and args.repeats == 3 else args.repeats
-    report = run(models, modes, repeats, args.quick, args.warmup, args.steps, args.timer, args.threads)
+    report = run(models, modes, args)
     print_table(report)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
+    H.write_json(report, args.json)
     return 0
 
 

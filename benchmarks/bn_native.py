@@ -1,97 +1,62 @@
 """Batch norm, forward + backward, for the 20 BatchNorm2d layers of a ResNet-18 step (batch 32, 32x32 input).
 
-One process per framework and mode, alternating rounds; the median CPU time of a round at 1 thread:
+    python benchmarks/bn_native.py                         # flow fused, flow composite, torch; 1 and 2 threads
+    python benchmarks/bn_native.py --rounds 3 --steps 2 --threads 1
+    python benchmarks/bn_native.py --quick
 
-    python benchmarks/bn_native.py            # flow fused, flow composite, torch
-    python benchmarks/bn_native.py --rounds 7
-
-``flow-composite`` is the former composite path (``FLOW_BATCH_NORM_COMPOSITE=1``).
+Variants: ``flow fused`` (the fused ``batch_norm`` op, native kernel), ``flow composite`` (the former
+composite path, ``FLOW_BATCH_NORM_COMPOSITE=1``) and ``torch eager``. A step runs all 20 layers
+forward and backward (``y.backward(ones_like(y))``). Method: harness.py's (a fresh process per
+variant, thread count and round, rounds alternating; wall and CPU time of every step).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
+import importlib
 import sys
-import time
+
+import harness as H
 
 # (channels, spatial size) of ResNet-18's 20 batch norms on a 32x32 input (CIFAR stem: no max-pool)
 LAYERS = [(64, 32)] * 5 + [(128, 16)] * 5 + [(256, 8)] * 5 + [(512, 4)] * 5
 BATCH = 32
 
 
-def _child(fw: str, reps: int) -> None:
+def setup(framework: str):
+    """harness setup: the 20 layers' batch norms in ``framework``, forward and backward, one step."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((BATCH, c, s, s)).astype(np.float32) for c, s in LAYERS]
-    if fw == "torch":
-        import torch
+    fw = importlib.import_module(framework)
+    mods = [fw.nn.BatchNorm2d(c) for c, _ in LAYERS]
+    ins = [fw.tensor(x, requires_grad=True) for x in xs]
 
-        torch.set_num_threads(1)
-        mods = [torch.nn.BatchNorm2d(c) for c, _ in LAYERS]
-        ins = [torch.tensor(x, requires_grad=True) for x in xs]
+    def step():
+        for m, x in zip(mods, ins):
+            y = m(x)
+            y.backward(fw.ones_like(y))
 
-        def step():
-            for m, x in zip(mods, ins):
-                y = m(x)
-                y.backward(torch.ones_like(y))
-    else:
-        import flow
-        from flow import nn
-
-        flow.set_num_threads(1)
-        mods = [nn.BatchNorm2d(c) for c, _ in LAYERS]
-        ins = [flow.tensor(x, requires_grad=True) for x in xs]
-
-        def step():
-            for m, x in zip(mods, ins):
-                y = m(x)
-                y.backward(flow.ones_like(y))
-
-    step()  # warm up
-    times = []
-    for _ in range(reps):
-        t = time.process_time()
-        step()
-        times.append(time.process_time() - t)
-    print(json.dumps(times))
+    return step
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--child", default=None)
-    a = p.parse_args()
-    if a.child:
-        _child(a.child, a.reps)
-        return
-    env1 = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    runs = {
-        "flow-fused": ("flow", {}),
-        "flow-composite": ("flow", {"FLOW_BATCH_NORM_COMPOSITE": "1"}),
-        "torch": ("torch", {}),
-    }
-    res: dict[str, list[float]] = {k: [] for k in runs}
-    print(f"load average before: {os.getloadavg()}")
-    for _ in range(a.rounds):
-        for name, (fw, extra) in runs.items():
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", fw, "--reps", str(a.reps)],
-                env={**env1, **extra},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            res[name] += json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"load average after: {os.getloadavg()}")
-    for name, ts in res.items():
-        print(f"{name:15s} median {statistics.median(ts) * 1e3:8.1f} ms CPU  (n={len(ts)})")
+CASES = [
+    H.Case("flow", "fused", "bn_native:setup", {"framework": "flow"}, group="bn x20"),
+    H.Case("flow", "composite", "bn_native:setup", {"framework": "flow"}, "bn x20", {"FLOW_BATCH_NORM_COMPOSITE": "1"}),
+    H.Case("torch", "eager", "bn_native:setup", {"framework": "torch"}, group="bn x20"),
+]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    H.add_args(p, rounds=5)
+    args = p.parse_args(argv)
+    report = H.run_args(args, CASES, 1, 1 if args.quick else 3, baseline="torch eager")
+    print(H.markdown(report))
+    H.write_json(report, args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

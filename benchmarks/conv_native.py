@@ -1,23 +1,24 @@
-"""The 20 convolutions of a ResNet-18 step (CIFAR-style 32x32 input, batch 32): forward + both backwards.
+"""The 20 convolutions of a ResNet-18 step (CIFAR-style 32x32 input, batch 32): forward, and forward + both backwards.
 
-One process per framework and mode, alternating rounds; the median CPU time at 1 thread of the
-forward pass, of the backward pass (input and weight gradients) and of the two together:
+    python benchmarks/conv_native.py                        # flow native, flow reference, torch; 1 and 2 threads
+    python benchmarks/conv_native.py --rounds 3 --steps 3 --threads 1
+    python benchmarks/conv_native.py --quick
 
-    python benchmarks/conv_native.py            # flow native columns, flow reference, torch
-    python benchmarks/conv_native.py --rounds 7
-
-``flow-reference`` is the NumPy im2col / col2im path (``FLOW_CONV_REFERENCE=1``).
+Variants: ``flow native`` (native im2col / col2im, ``FLOW_CONV_REFERENCE=0``), ``flow reference``
+(the NumPy im2col / col2im path, ``FLOW_CONV_REFERENCE=1``) and ``torch eager``. Two groups: ``forward``
+(a step is the 20 forward convolutions) and ``forward+backward`` (then each output's backward with
+a fixed gradient: input and weight gradients); the backward alone is the difference of the two.
+Method: harness.py's (a fresh process per variant, group, thread count and round, rounds
+alternating; wall and CPU time of every step).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
+import importlib
 import sys
-import time
+
+import harness as H
 
 BATCH = 32
 
@@ -38,81 +39,53 @@ def _layers() -> list[tuple[int, int, int, int, int]]:
     return layers
 
 
-def _child(fw: str, reps: int) -> None:
+def setup(framework: str, backward: bool):
+    """harness setup: the 20 convolutions in ``framework``; with ``backward``, their gradients too."""
     import numpy as np
 
     rng = np.random.default_rng(0)
-    data = []
+    fw = importlib.import_module(framework)
+    conv = fw.nn.functional.conv2d
+    args = []
     for cin, cout, k, s, size in _layers():
         x = rng.standard_normal((BATCH, cin, size, size)).astype(np.float32)
         w = (rng.standard_normal((cout, cin, k, k)) * 0.05).astype(np.float32)
         out = (size + 2 * (k // 2) - k) // s + 1
         g = rng.standard_normal((BATCH, cout, out, out)).astype(np.float32)
-        data.append((x, w, g, s, k // 2))
-    if fw == "torch":
-        import torch
+        args.append((fw.tensor(x, requires_grad=True), fw.tensor(w, requires_grad=True), fw.tensor(g), s, k // 2))
 
-        torch.set_num_threads(1)
-        lib, conv = torch, torch.nn.functional.conv2d
-    else:
-        import flow
-        import flow.nn.functional as F
-
-        flow.set_num_threads(1)
-        lib, conv = flow, F.conv2d
-    args = [
-        (lib.tensor(x, requires_grad=True), lib.tensor(w, requires_grad=True), lib.tensor(g), s, p)
-        for x, w, g, s, p in data
-    ]
-
-    def step() -> tuple[float, float]:
-        t0 = time.process_time()
+    def step():
         ys = [conv(x, w, stride=s, padding=p) for x, w, _, s, p in args]
-        t1 = time.process_time()
-        for y, (x, w, g, _, _) in zip(ys, args):
-            x.grad = w.grad = None
-            y.backward(g)
-        return t1 - t0, time.process_time() - t1
+        if backward:
+            for y, (x, w, g, _, _) in zip(ys, args):
+                x.grad = w.grad = None
+                y.backward(g)
 
-    step()  # warm up
-    print(json.dumps([step() for _ in range(reps)]))
+    return step
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--child", default=None)
-    a = p.parse_args()
-    if a.child:
-        _child(a.child, a.reps)
-        return
-    env1 = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    runs = {
-        "flow-native": ("flow", {"FLOW_CONV_REFERENCE": "0"}),
-        "flow-reference": ("flow", {"FLOW_CONV_REFERENCE": "1"}),
-        "torch": ("torch", {}),
-    }
-    res: dict[str, list] = {k: [] for k in runs}
-    print(f"load average before: {os.getloadavg()}")
-    for _ in range(a.rounds):
-        for name, (fw, extra) in runs.items():
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", fw, "--reps", str(a.reps)],
-                env={**env1, **extra},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            res[name] += json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"load average after: {os.getloadavg()}")
-    print(f"{len(_layers())} convolutions, batch {BATCH}, 32x32 input, 1 thread; median CPU ms")
-    print(f"{'':15s} {'forward':>9s} {'backward':>9s} {'total':>9s}")
-    for name, ts in res.items():
-        fwd, bwd = (statistics.median(t[i] for t in ts) * 1e3 for i in (0, 1))
-        tot = statistics.median(f + b for f, b in ts) * 1e3
-        print(f"{name:15s} {fwd:9.1f} {bwd:9.1f} {tot:9.1f}  (n={len(ts)})")
+def cases() -> list[H.Case]:
+    out = []
+    for group, backward in (("forward", False), ("forward+backward", True)):
+        for fw, variant, env in (
+            ("flow", "native", {"FLOW_CONV_REFERENCE": "0"}),
+            ("flow", "reference", {"FLOW_CONV_REFERENCE": "1"}),
+            ("torch", "eager", {}),
+        ):
+            out.append(H.Case(fw, variant, "conv_native:setup", {"framework": fw, "backward": backward}, group, env))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    H.add_args(p, rounds=5)
+    args = p.parse_args(argv)
+    report = H.run_args(args, cases(), 1, 1 if args.quick else 3, baseline="torch eager")
+    print(f"{len(_layers())} convolutions, batch {BATCH}, 32x32 input")
+    print(H.markdown(report))
+    H.write_json(report, args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,42 +1,38 @@
 """Graph mode next to eager flow and eager PyTorch: training steps of the four models of models.py.
 
-    python benchmarks/graph.py                     # the table (several minutes)
-    python benchmarks/graph.py --quick             # a smoke run (numbers are noisy)
-    python benchmarks/graph.py --models mlp,gpt --steps 10 --repeats 3
+    python benchmarks/graph.py                     # the table: 1 and 2 threads, 2 rounds (slow: ResNet-18, DLRM)
+    python benchmarks/graph.py --quick             # a smoke run (one round, few steps; numbers are noisy)
+    python benchmarks/graph.py --models mlp,gpt,dlrm --rounds 2 --steps 3 --warmup 1 --threads 2
     python benchmarks/graph.py --json out.json     # also write the figures as JSON
 
-Three modes per model, the model definitions, batches, optimizers and hyper-parameters being those
-of models.py (its builders are imported, not copied):
+Modes per model, the model definitions, batches, optimizers and hyper-parameters being those of
+models.py (its builders are imported, not copied):
 
-- ``graph``: a ``flow.nn.Graph`` whose ``build`` runs forward, loss and backward, with the
+- ``flow graph``: a ``flow.nn.Graph`` whose ``build`` runs forward, loss and backward, with the
   optimizer added by ``add_optimizer`` (the update is part of the compiled step); a step is one
   call of the graph plus ``loss.item()``;
-- ``eager``: flow eager, exactly models.py's worker;
-- ``torch``: PyTorch eager (``torch.set_num_threads(2)``), exactly models.py's worker.
+- ``flow eager`` and ``torch eager``: models.py's eager training step;
+- ``torch sparse`` (DLRM only): PyTorch eager with ``EmbeddingBag(sparse=True)``, so the tables get
+  sparse gradients and SGD updates only the looked-up rows (flow's DLRM keeps dense gradients).
 
-Method (that of models.py). Each (mode, model) runs in a fresh subprocess which records its RSS
-after making the batch, builds the model, runs ``warmup`` untimed steps and ``steps`` timed ones;
-the modes alternate (rotating order) ``repeats`` times per model so that drifts in machine load hit
-all three. Throughput is the batch size over the median of all timed steps of a mode; peak memory
-is the worker's RSS high-water mark minus its baseline (median over its processes). The graph's
-compile time is its first call (trace, passes, lowering and one run) minus its median steady
-step. The 1-minute load average is recorded before every worker.
+Method: harness.py's (a fresh process per mode, model, thread count and round; rounds alternate the
+order; wall and CPU time of every step; the load average before and after every round).
+Throughput is the batch size over the median wall step; peak memory is the worker's RSS high-water
+mark minus its RSS before the model was built. The graph's compile time is its first call (trace,
+passes, lowering and one run) minus its median steady step. Targets (reported, not asserted):
+graph/eager >= 1.2, graph/torch >= 1.0 on every model, peak graph/torch <= 0.8, GPT compile < 2 s.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
+import importlib
 import sys
-import time
 
-import _common as C
+import harness as H
 import models as M
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ("graph", "eager", "torch")
+MODES = ("flow graph", "flow eager", "torch eager", "torch sparse")
 TARGETS = "graph/eager >= 1.2, graph/torch >= 1.0, peak graph/torch <= 0.8, GPT compile < 2 s"
 
 
@@ -87,203 +83,91 @@ def make_graph_workload(flow, model: str, batch: dict):
     return g, step
 
 
-def graph_worker(model: str, warmup: int, steps: int, timer: str) -> dict:
-    flow = C.setup("flow")
+def setup_graph(model: str):
+    """harness setup: ``model``'s training step as a compiled flow.nn.Graph; the report gives the loss
+    and how many times the graph compiled (1 when every step reused the first plan)."""
+    flow = importlib.import_module("flow")
     flow.manual_seed(0)
     batch = M.make_batch(model)
-    base_rss, base_peak = C.current_rss(), C.peak_rss()
+    H.mark_baseline()
     g, step = make_graph_workload(flow, model, batch)
-    clock = C.TIMERS[timer]
-    t0 = clock()
-    step()  # traces and compiles, then runs the step once
-    first = clock() - t0
-    times = C.time_steps(step, steps, max(warmup - 1, 0), timer)
-    loss = step()
-    peak = C.peak_rss()
-    return {
-        "framework": "graph",
-        "model": model,
-        "times": times,
-        "first_s": first,
-        "compile_s": first - C.median(times),
-        "reported_compile_s": getattr(g, "compile_time", None),
-        "compiles": getattr(g, "compiles", None),
-        "peak_bytes": peak - base_rss,
-        "baseline_rss": base_rss,
-        "baseline_peak": base_peak,
-        "loss": loss,
-        "version": getattr(flow, "__version__", "?"),
-    }
+    last = {}
+
+    def timed():
+        last["loss"] = step()
+
+    return timed, lambda: {"loss": last.get("loss"), "compiles": getattr(g, "compiles", None)}
 
 
-def run_worker(mode: str, model: str, warmup: int, steps: int, timer: str) -> dict:
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        mode,
-        model,
-        "--warmup",
-        str(warmup),
-        "--steps",
-        str(steps),
-        "--timer",
-        timer,
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE)
-    if out.returncode != 0:
-        raise RuntimeError(f"{mode} {model} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def setup_torch_sparse(model: str):
+    """harness setup: PyTorch's DLRM with sparse embedding gradients (``EmbeddingBag.sparse``, read by its forward)."""
+    if model != "dlrm":
+        raise ValueError(f"torch sparse is a DLRM mode, not one of {model!r}")
+    torch = importlib.import_module("torch")
+    torch.manual_seed(0)
+    batch = M.make_batch(model)
+    H.mark_baseline()
+    m, _, step = M.make_workload(torch, model, batch)
+    for e in m.emb:
+        e.sparse = True
+    last = {}
+
+    def timed():
+        last["loss"] = step()
+
+    return timed, lambda: {"loss": last.get("loss")}
 
 
-def run(
-    models, repeats: int, steps: int | None, warmup: int | None, quick: bool, timer: str, modes=MODES, log=sys.stderr
-) -> dict:
-    results, versions, loads = [], {}, []
-    for model in models:
-        w, s = (M.QUICK_STEPS if quick else M.DEFAULT_STEPS)[model]
-        w = w if warmup is None else warmup
-        s = s if steps is None else steps
-        per = {md: {"times": [], "peaks": [], "compile": [], "loss": None} for md in modes}
-        for r in range(repeats):
-            order = modes[r % len(modes) :] + modes[: r % len(modes)]
-            for md in order:
-                load = os.getloadavg()[0]
-                loads.append(load)
-                res = run_worker(md, model, w, s, timer)
-                per[md]["times"] += res["times"]
-                per[md]["peaks"].append(res["peak_bytes"])
-                per[md]["loss"] = res["loss"]
-                if "compile_s" in res:
-                    per[md]["compile"].append(res["compile_s"])
-                versions["torch" if md == "torch" else "flow"] = res["version"]
-                extra = f", compile {res['compile_s']:.2f} s" if "compile_s" in res else ""
-                print(
-                    f"  {model:<9} {md:<6} run {r + 1}/{repeats} (load {load:.2f}): median step "
-                    f"{C.median(res['times']) * 1e3:8.1f} ms, peak {C.mib(res['peak_bytes']):8.1f} MiB{extra}",
-                    file=log,
-                    flush=True,
-                )
-        row = {"model": model, "batch": M.BATCH[model], "warmup": w, "steps": s, "repeats": repeats}
+def cases(models, modes) -> list[H.Case]:
+    out = []
+    for m in models:
         for md in modes:
-            med = C.median(per[md]["times"])
-            row[md] = {
-                "step_ms": med * 1e3,
-                "samples_per_s": M.BATCH[model] / med,
-                "peak_mib": C.mib(C.median(per[md]["peaks"])),
-                "final_loss": per[md]["loss"],
-            }
-            if per[md]["compile"]:
-                row[md]["compile_s"] = C.median(per[md]["compile"])
-        if "graph" in row:
-            for other in ("eager", "torch"):
-                if other in row:
-                    row[f"graph/{other}"] = row["graph"]["samples_per_s"] / row[other]["samples_per_s"]
-            if "torch" in row:
-                row["mem graph/torch"] = row["graph"]["peak_mib"] / max(row["torch"]["peak_mib"], 1e-9)
-        results.append(row)
-    machine = C.machine_info()
-    machine.update(
-        timer=timer,
-        versions=versions,
-        date=time.strftime("%Y-%m-%d %H:%M"),
-        load_min=min(loads),
-        load_median=C.median(loads),
-        load_max=max(loads),
-        loadavg_end=os.getloadavg(),
-    )
-    return {"machine": machine, "results": results}
+            if md == "torch sparse" and m != "dlrm":
+                continue
+            fw, variant = md.split()
+            setup = {"graph": "graph:setup_graph", "sparse": "graph:setup_torch_sparse"}.get(
+                variant, "models:setup_eager"
+            )
+            kwargs = {"model": m} if variant != "eager" else {"framework": fw, "model": m}
+            out.append(H.Case(fw, variant, setup, kwargs, group=m))
+    return out
 
 
-def _cell(row, *keys, width, fmt):
-    v = row
-    for k in keys:
-        if not isinstance(v, dict) or k not in v:
-            return f"{'-':>{width}}"
-        v = v[k]
-    return f"{v:>{width}{fmt}}"
-
-
-def print_table(report: dict, out=sys.stdout) -> None:
-    m = report["machine"]
-    v = m.get("versions", {})
-    print(
-        f"{m['date']}; machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
-        f"NumPy {m['numpy']} ({m['blas']}), torch {v.get('torch', '-')}, flow {v.get('flow', '-')}; "
-        f"{m['timer']} time; 1-min load average before the workers: min {m['load_min']:.2f}, "
-        f"median {m['load_median']:.2f}, max {m['load_max']:.2f}",
-        file=out,
-    )
-    head = (
-        f"{'model':<10}{'batch':>6}{'graph s/s':>11}{'eager s/s':>11}{'torch s/s':>11}{'g/eager':>9}"
-        f"{'g/torch':>9}{'graph MiB':>11}{'eager MiB':>11}{'torch MiB':>11}{'mem g/t':>9}{'compile s':>11}"
-    )
-    print(head, file=out)
+def compile_table(report: dict) -> str:
+    """Per model and threads: graph/eager throughput and the compile time (first call minus a steady step)."""
+    by = {}
     for r in report["results"]:
-        print(
-            "".join(
-                [
-                    f"{r['model']:<10}{r['batch']:>6}",
-                    _cell(r, "graph", "samples_per_s", width=11, fmt=".1f"),
-                    _cell(r, "eager", "samples_per_s", width=11, fmt=".1f"),
-                    _cell(r, "torch", "samples_per_s", width=11, fmt=".1f"),
-                    _cell(r, "graph/eager", width=9, fmt=".2f"),
-                    _cell(r, "graph/torch", width=9, fmt=".2f"),
-                    _cell(r, "graph", "peak_mib", width=11, fmt=".1f"),
-                    _cell(r, "eager", "peak_mib", width=11, fmt=".1f"),
-                    _cell(r, "torch", "peak_mib", width=11, fmt=".1f"),
-                    _cell(r, "mem graph/torch", width=9, fmt=".2f"),
-                    _cell(r, "graph", "compile_s", width=11, fmt=".2f"),
-                ]
-            ),
-            file=out,
-        )
-    print(
-        f"(s/s: samples/s, batch over the median step of alternating fresh processes; MiB: RSS high-water mark "
-        f"minus the RSS before the model was built; compile: first graph call minus a steady step; "
-        f"targets: {TARGETS})",
-        file=out,
-    )
+        by.setdefault((r["group"], r["threads"]), {})[r["case"]] = r
+    out = ["| model | threads | graph/eager | compile s |", "|---|---:|---:|---:|"]
+    for (model, threads), rows in by.items():
+        g, e = rows.get("flow graph"), rows.get("flow eager")
+        ge = f"{e['wall']['median'] / g['wall']['median']:.2f}" if g and e else "-"
+        comp = f"{g['first_s']['median'] - g['wall']['median']:.2f}" if g and g["first_s"] else "-"
+        out.append(f"| {model} | {threads} | {ge} | {comp} |")
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(M.MODELS), help=f"comma-separated, from {', '.join(M.MODELS)}")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: graph, eager, torch")
-    p.add_argument("--steps", type=int, help="timed steps per process (default: per model, as models.py)")
-    p.add_argument("--warmup", type=int, help="untimed steps per process (default: per model; graph: incl. compile)")
-    p.add_argument("--repeats", type=int, default=2, help="processes per mode and model (alternating)")
-    p.add_argument("--quick", action="store_true", help="a short smoke run: fewer steps, one process each")
-    p.add_argument("--timer", choices=sorted(C.TIMERS), default="wall")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
-    p.add_argument("--worker", nargs=2, metavar=("MODE", "MODEL"), help="internal: one mode and model, print JSON")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
+    H.add_args(p, rounds=2)
     args = p.parse_args(argv)
-    if args.worker:
-        mode, model = args.worker
-        w, s = M.DEFAULT_STEPS[model]
-        w = w if args.warmup is None else args.warmup
-        s = s if args.steps is None else args.steps
-        if mode == "graph":
-            res = graph_worker(model, w, s, args.timer)
-        else:
-            res = M.worker({"eager": "flow", "torch": "torch"}[mode], model, w, s, args.timer)
-            res["framework"] = mode
-        print(json.dumps(res))
-        return 0
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    for m in models:
-        if m not in M.BATCH:
-            p.error(f"unknown model {m!r}; choose from {', '.join(M.MODELS)}")
-    modes = tuple(md.strip() for md in args.modes.split(",") if md.strip())
-    for md in modes:
-        if md not in MODES:
-            p.error(f"unknown mode {md!r}; choose from {', '.join(MODES)}")
-    repeats = 1 if args.quick and args.repeats == 2 else args.repeats
-    report = run(models, repeats, args.steps, args.warmup, args.quick, args.timer, modes)
-    print_table(report)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
+    try:
+        models = H.parse_list(args.models, M.MODELS, "model")
+        modes = H.parse_list(args.modes, MODES, "mode")
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    warmup, steps = M.steps_of(args.quick)
+    # the graph's first call is its compile: it must be an untimed one
+    report = H.run_args(args, cases(models, modes), lambda c: max(warmup(c), 1), steps, baseline="torch eager")
+    print(H.markdown(report))
+    print()
+    print(M.throughput_table(report, [md for md in MODES if md in modes], "torch eager"))
+    print()
+    print(compile_table(report))
+    print(f"(targets: {TARGETS})")
+    H.write_json(report, args.json)
     return 0
 
 

@@ -1,27 +1,24 @@
 """bfloat16 GEMM on the CPU: the native 16-bit GEMM (csrc/lowp_gemm.cpp) against the convert-call-convert
 path it replaced, float32, and PyTorch's bfloat16 matmul, on the GEMMs of one GPT training step.
 
-    python benchmarks/lowp_gemm.py            # the table (about a minute)
-    python benchmarks/lowp_gemm.py --quick    # a smoke run (noisy)
+    python benchmarks/lowp_gemm.py                       # the table: 1 and 2 threads, 5 rounds
+    python benchmarks/lowp_gemm.py --rounds 5 --threads 1
+    python benchmarks/lowp_gemm.py --quick               # a smoke run (noisy)
 
 The shapes are those of benchmarks/models.py ``make_gpt`` at its benchmark batch (8 sequences of 128
 tokens, d_model 256, 4 heads, vocab 512): every Linear's forward product and both backward products,
-and the attention batched products. Each mode runs in its own process at 1 thread; a figure is the
-median (and min-max range) over rounds of the CPU time of one pass over all the GEMMs. The load
-average is recorded before and after.
+and the attention batched products. A step is one pass over all the GEMMs. Modes: ``flow-new`` (the
+native GEMM, the default), ``flow-old`` (widen both operands, float32 GEMM, round back), ``flow-f32``,
+``torch-bf16``, ``torch-f32``. Method: harness.py's (a fresh process per mode, thread count and
+round, rounds alternating; wall and CPU time of every pass; ratios against ``flow-f32``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import time
 
-for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_v, "1")
+import harness as H
 
 MODES = ("flow-old", "flow-new", "flow-f32", "torch-bf16", "torch-f32")
 ROWS, D, HEADS, SEQ, VOCAB = 8 * 128, 256, 4, 128, 512
@@ -51,16 +48,13 @@ def _operands(xp_rand, shapes):
     return ops
 
 
-def worker(mode: str, rounds: int) -> dict:
+def setup(mode: str):
+    """harness setup: one pass over the GEMMs of a GPT step in ``mode``."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     shapes = gemm_shapes()
     if mode.startswith("flow"):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from _common import setup_flow
-
-        setup_flow(1)
         import ml_dtypes
 
         from flow.backends.cpu import lowp, threads
@@ -79,68 +73,44 @@ def worker(mode: str, rounds: int) -> dict:
     else:
         import torch
 
-        torch.set_num_threads(1)
         dt = torch.bfloat16 if mode == "torch-bf16" else torch.float32
         ops = _operands(lambda s: torch.from_numpy(rng.standard_normal(s).astype(np.float32)).to(dt), shapes)
         fn = torch.matmul
-    for a, b in ops:  # warm-up (buffers, BLAS init)
-        fn(a, b)
-    times = []
-    for _ in range(rounds):
-        t0 = time.process_time()
+
+    def step():
         for a, b in ops:
             fn(a, b)
-        times.append(time.process_time() - t0)
-    return {"mode": mode, "times": times}
+
+    return step
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=15, help="timed passes over the GEMMs per process")
-    p.add_argument("--quick", action="store_true", help="3 rounds (noisy)")
-    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
-    p.add_argument("--worker", metavar="MODE", help="internal: one mode in this process, print JSON")
-    args = p.parse_args()
-    rounds = 3 if args.quick else args.rounds
-    if rounds < 1:
-        p.error("--rounds must be >= 1")
-    if args.worker:
-        if args.worker not in MODES:
-            p.error(f"unknown mode {args.worker!r}")
-        print(json.dumps(worker(args.worker, rounds)))
-        return
-    modes = [m for m in args.modes.split(",") if m]
-    for m in modes:
-        if m not in MODES:
-            p.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
-    load0 = os.getloadavg()
-    res = {}
-    for m in modes:
-        r = subprocess.run(
-            [sys.executable, __file__, "--worker", m, "--rounds", str(rounds)], capture_output=True, text=True
-        )
-        if r.returncode != 0:
-            print(f"{m}: failed ({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode})")
-            continue
-        res[m] = json.loads(r.stdout.strip().splitlines()[-1])["times"]
-    load1 = os.getloadavg()
-    n = len(gemm_shapes())
+def gflop() -> float:
     flops = 0
     for sa, sb, _, _ in gemm_shapes():
         batch = 1
         for d in sa[:-2]:
             batch *= d
         flops += 2 * batch * sa[-2] * sa[-1] * sb[-1]
-    print(f"{n} GEMMs of a GPT step ({flops / 1e9:.2f} GFLOP), 1 thread, CPU time per pass, {rounds} rounds")
-    print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}")
-    base = res.get("flow-f32")
-    base_med = sorted(base)[len(base) // 2] if base else None
-    for m, ts in res.items():
-        s = sorted(ts)
-        med = s[len(s) // 2]
-        rel = f"  {med / base_med:5.2f}x flow-f32" if base_med else ""
-        print(f"{m:11s} {med * 1e3:8.1f} ms  [{s[0] * 1e3:.1f} - {s[-1] * 1e3:.1f}]{rel}")
+    return flops / 1e9
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
+    H.add_args(p, rounds=5)
+    args = p.parse_args(argv)
+    try:
+        modes = H.parse_list(args.modes, MODES, "mode")
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    cases = [H.Case(m.split("-")[0], m.split("-")[1], "lowp_gemm:setup", {"mode": m}, group="gpt gemms") for m in modes]
+    baseline = "flow f32" if "flow-f32" in modes else None
+    report = H.run_args(args, cases, 1, 1 if args.quick else 3, baseline=baseline)
+    print(f"{len(gemm_shapes())} GEMMs of a GPT step ({gflop():.2f} GFLOP) per step")
+    print(H.markdown(report))
+    H.write_json(report, args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,11 +4,11 @@ Every model is written once, against the ``nn`` / ``F`` (and, where the model ne
 function, the top-level) namespace it is given, so the same code builds the PyTorch and the flow
 version: a PyTorch training script runs on flow unchanged.
 
-    python benchmarks/models.py                    # the table (5-10 minutes on 2 cores)
-    python benchmarks/models.py --quick            # a smoke run (one to two minutes; numbers are noisy)
-    python benchmarks/models.py --models mlp,gpt --steps 20 --repeats 3
+    python benchmarks/models.py                    # the table: 1 and 2 threads, 2 rounds
+    python benchmarks/models.py --quick            # a smoke run (one round, few steps; numbers are noisy)
+    python benchmarks/models.py --models mlp,gpt --steps 20 --rounds 3 --threads 1
     python benchmarks/models.py --json out.json    # also write the figures as JSON
-    python benchmarks/models.py --worker flow gpt --profile gpt.prof   # one framework, cProfile'd
+    python benchmarks/models.py --profile flow gpt gpt.prof   # one framework in this process, cProfile'd
 
 Models (the sizes the issue asks for):
 
@@ -21,38 +21,26 @@ Models (the sizes the issue asks for):
   bottom MLP 13-512-256-64 on the dense features, pairwise dot interaction, top MLP 100-512-256-1,
   batch 2,048, binary cross-entropy with logits, plain SGD (dense embedding gradients in both).
 
-Method. Each (framework, model) runs in a fresh subprocess (``--worker``) that imports NumPy and
-the framework, makes the batch with NumPy (the same seed for both frameworks), records its RSS as
-the baseline, then builds the model and optimizer, runs ``warmup`` untimed training steps and
-``steps`` timed ones (zero_grad, forward, loss, backward, optimizer step, and ``loss.item()``). A
-step's time is wall-clock (``--timer cpu``: the process's CPU time). Subprocesses alternate between
-the frameworks ``repeats`` times per model so that drifts in machine load hit both; each
-framework's throughput is its batch size over the median of all its timed steps.
+Method: harness.py's. Each (framework, model, thread count) runs in a fresh process per round,
+rounds alternating the order; the worker makes the batch with NumPy (the same seed for both
+frameworks), builds the model and optimizer, runs ``warmup`` untimed training steps and ``steps``
+timed ones (zero_grad, forward, loss, backward, optimizer step, and ``loss.item()``), each timed by
+the wall clock and the process's CPU time. Throughput is the batch size over the median wall step.
+At one thread the CPU time is the work per step with little sensitivity to the machine's load.
 
-Peak memory is the RSS high-water mark of the worker (``getrusage(RUSAGE_SELF).ru_maxrss``) minus
-its baseline: everything the training steps keep or allocate at their peak (parameters,
-gradients, optimizer state, activations, temporaries, allocator slack), whoever allocated it
-(NumPy, OpenBLAS, PyTorch's allocator, MKL's buffers). It is measured the same way for both
-frameworks, each in a process of its own, so neither sees the other's memory; tracemalloc would
-see only NumPy's allocations and not PyTorch's.
-
-Both frameworks use 2 threads (``--threads``): ``torch.set_num_threads(2)``; flow's native kernels run
-OpenMP with 2 threads and NumPy's BLAS runs 2 threads (each worker gets OMP/OPENBLAS/MKL_NUM_THREADS=2).
-On a machine shared with other jobs, ``--threads 1 --timer cpu`` compares the work each framework does
-per step with little sensitivity to the load (one thread's CPU time does not include waiting).
+Peak memory is the RSS high-water mark of the worker minus its RSS before the model was built:
+everything the training steps keep or allocate at their peak (parameters, gradients, optimizer
+state, activations, temporaries, allocator slack), whoever allocated it (NumPy, OpenBLAS, PyTorch's
+allocator). It is measured the same way for both frameworks, each in a process of its own.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
+import importlib
 import sys
 
-import _common as C
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+import harness as H
 
 
 # -----------------------------------------------------------------------------------------------
@@ -274,216 +262,110 @@ def make_workload(fw, model: str, batch: dict):
 
 
 # -----------------------------------------------------------------------------------------------
-# One (framework, model) in this process
+# The cases: one (framework, model) per process, run by harness.py
 # -----------------------------------------------------------------------------------------------
-def worker(
-    framework: str,
-    model: str,
-    warmup: int,
-    steps: int,
-    timer: str,
-    profile: str | None = None,
-    threads: int = C.THREADS,
-) -> dict:
-    fw = C.setup(framework, threads)
+def setup_eager(framework: str, model: str):
+    """harness setup: ``model``'s eager training step in ``framework``; the report gives the last loss."""
+    fw = importlib.import_module(framework)
     fw.manual_seed(0)
     batch = make_batch(model)
-    base_rss, base_peak = C.current_rss(), C.peak_rss()
+    H.mark_baseline()
     _, _, step = make_workload(fw, model, batch)
-    if profile:
-        import cProfile
+    last = {}
 
-        for _ in range(warmup):
-            step()
-        prof = cProfile.Profile()
-        prof.enable()
-        times = C.time_steps(step, steps, 0, timer)
-        prof.disable()
-        prof.dump_stats(profile)
-    else:
-        times = C.time_steps(step, steps, warmup, timer)
-    loss = step()
-    peak = C.peak_rss()
-    return {
-        "framework": framework,
-        "model": model,
-        "times": times,
-        "peak_bytes": peak - base_rss,
-        "baseline_rss": base_rss,
-        "baseline_peak": base_peak,
-        "loss": loss,
-        "version": getattr(fw, "__version__", "?"),
-        "blas": C.blas_kernel(),
-    }
+    def timed():
+        last["loss"] = step()
+
+    return timed, lambda: {"loss": last.get("loss"), "batch": BATCH[model]}
 
 
-def run_worker(framework: str, model: str, warmup: int, steps: int, timer: str, threads: int = C.THREADS) -> dict:
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        framework,
-        model,
-        "--warmup",
-        str(warmup),
-        "--steps",
-        str(steps),
-        "--timer",
-        timer,
-        "--threads",
-        str(threads),
+def cases(models, frameworks=("flow", "torch")) -> list[H.Case]:
+    return [
+        H.Case(f, "eager", "models:setup_eager", {"framework": f, "model": m}, group=m)
+        for m in models
+        for f in frameworks
     ]
-    env = dict(os.environ)
-    for var in C.THREAD_VARS:  # the thread pools read these when they start
-        env[var] = str(threads)
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{framework} {model} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# -----------------------------------------------------------------------------------------------
-# The side-by-side run
-# -----------------------------------------------------------------------------------------------
-def run(
-    models,
-    repeats: int,
-    steps: int | None,
-    warmup: int | None,
-    quick: bool,
-    timer: str,
-    frameworks=("flow", "torch"),
-    threads: int = C.THREADS,
-    log=sys.stderr,
-) -> dict:
-    results = []
-    versions = {}
-    blas = None
-    for model in models:
-        w, s = (QUICK_STEPS if quick else DEFAULT_STEPS)[model]
-        w = w if warmup is None else warmup
-        s = s if steps is None else steps
-        per = {fwk: {"times": [], "peaks": [], "loss": None} for fwk in frameworks}
-        for r in range(repeats):
-            order = frameworks if r % 2 == 0 else tuple(reversed(frameworks))
-            for fwk in order:
-                res = run_worker(fwk, model, w, s, timer, threads)
-                per[fwk]["times"] += res["times"]
-                per[fwk]["peaks"].append(res["peak_bytes"])
-                per[fwk]["loss"] = res["loss"]
-                versions[fwk] = res["version"]
-                if fwk == "flow":
-                    blas = res.get("blas")
-                print(
-                    f"  {model:<9} {fwk:<6} run {r + 1}/{repeats}: median step "
-                    f"{C.median(res['times']) * 1e3:8.1f} ms, peak {C.mib(res['peak_bytes']):8.1f} MiB",
-                    file=log,
-                    flush=True,
-                )
-        row = {"model": model, "batch": BATCH[model], "warmup": w, "steps": s, "repeats": repeats}
-        for fwk in frameworks:
-            med = C.median(per[fwk]["times"])
-            row[fwk] = {
-                "step_ms": med * 1e3,
-                "samples_per_s": BATCH[model] / med,
-                "peak_mib": C.mib(C.median(per[fwk]["peaks"])),
-                "min_step_ms": min(per[fwk]["times"]) * 1e3,
-                "final_loss": per[fwk]["loss"],
-            }
-        if "flow" in row and "torch" in row:
-            row["throughput_ratio"] = row["flow"]["samples_per_s"] / row["torch"]["samples_per_s"]
-            row["best_step_ratio"] = row["torch"]["min_step_ms"] / row["flow"]["min_step_ms"]
-            row["memory_ratio"] = row["flow"]["peak_mib"] / max(row["torch"]["peak_mib"], 1e-9)
-        results.append(row)
-    machine = C.machine_info()
-    machine.update(timer=timer, versions=versions, threads=threads)
-    if blas:  # as the flow workers ran it (this process's pool may have another size)
-        machine["blas"] = blas
-    return {"machine": machine, "results": results}
+def steps_of(quick: bool):
+    """The (warmup, steps) callables of harness.run for the models' default or quick step counts."""
+    table = QUICK_STEPS if quick else DEFAULT_STEPS
+    return (lambda c: table[c.kwargs["model"]][0]), (lambda c: table[c.kwargs["model"]][1])
 
 
-def print_table(report: dict, out=sys.stdout) -> None:
-    m = report["machine"]
-    v = m.get("versions", {})
-    print(
-        f"machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads each; Python {m['python']}, "
-        f"NumPy {m['numpy']} ({m['blas']}), torch {v.get('torch', '-')}, flow {v.get('flow', '-')}; "
-        f"{m['timer']} time",
-        file=out,
-    )
-    head = (
-        f"{'model':<10}{'batch':>6}{'flow samples/s':>16}{'torch samples/s':>17}{'flow/torch':>12}"
-        f"{'(best step)':>12}{'flow peak MiB':>15}{'torch peak MiB':>16}{'flow/torch':>12}"
-    )
-    print(head, file=out)
+def throughput_table(report: dict, modes: list[str], baseline: str) -> str:
+    """samples/s per mode (batch over the median wall step), the ratios to ``baseline`` (of the medians and of
+    the fastest steps) and the peak memory, per model and thread count."""
+    rows = {}
     for r in report["results"]:
-        f, t = r.get("flow"), r.get("torch")
-        cells = [f"{r['model']:<10}{r['batch']:>6}"]
-        cells.append(f"{f['samples_per_s']:>16.1f}" if f else f"{'-':>16}")
-        cells.append(f"{t['samples_per_s']:>17.1f}" if t else f"{'-':>17}")
-        cells.append(f"{r['throughput_ratio']:>12.2f}" if "throughput_ratio" in r else f"{'-':>12}")
-        cells.append(f"{r['best_step_ratio']:>12.2f}" if "best_step_ratio" in r else f"{'-':>12}")
-        cells.append(f"{f['peak_mib']:>15.1f}" if f else f"{'-':>15}")
-        cells.append(f"{t['peak_mib']:>16.1f}" if t else f"{'-':>16}")
-        cells.append(f"{r['memory_ratio']:>12.2f}" if "memory_ratio" in r else f"{'-':>12}")
-        print("".join(cells), file=out)
-    print(
-        "(samples/s: batch over the median step time of alternating fresh processes; best step: the same ratio "
-        "from each framework's fastest step; peak: RSS high-water mark minus the RSS before the model was "
-        "built; targets: throughput ratio >= 0.8, memory ratio <= 1.2)",
-        file=out,
-    )
+        rows.setdefault((r["group"], r["threads"]), {})[r["case"]] = r
+    head = [
+        "model",
+        "threads",
+        *(f"{m} samples/s" for m in modes),
+        *(f"{m} / {baseline}" for m in modes if m != baseline),
+        *(f"(best step) {m}" for m in modes if m != baseline),
+    ]
+    head += [f"{m} peak MiB" for m in modes]
+    out = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
+    for (model, threads), by in rows.items():
+        sps = {m: BATCH[model] / by[m]["wall"]["median"] for m in modes if m in by}
+        cells = [model, str(threads), *(f"{sps[m]:.1f}" if m in sps else "-" for m in modes)]
+        cells += [
+            f"{sps[m] / sps[baseline]:.2f}" if m in sps and baseline in sps else "-" for m in modes if m != baseline
+        ]
+        # the same ratio from each mode's fastest step, the one least disturbed by the machine's load
+        cells += [
+            f"{by[baseline]['wall']['best'] / by[m]['wall']['best']:.2f}" if m in by and baseline in by else "-"
+            for m in modes
+            if m != baseline
+        ]
+        cells += [f"{by[m]['peak_mib']['median']:.1f}" if m in by else "-" for m in modes]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def profile(framework: str, model: str, path: str, steps: int) -> None:
+    """cProfile ``steps`` training steps of one framework and model in this process (after one warm-up)."""
+    import cProfile
+
+    step, _ = setup_eager(framework, model)
+    step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    prof.dump_stats(path)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     p.add_argument("--frameworks", default="flow,torch", help="comma-separated: flow, torch")
-    p.add_argument("--steps", type=int, help="timed steps per process (default: per model)")
-    p.add_argument("--warmup", type=int, help="untimed steps per process before timing (default: per model)")
-    p.add_argument("--repeats", type=int, default=2, help="processes per framework and model (alternating)")
-    p.add_argument("--quick", action="store_true", help="a short smoke run: fewer steps, one process each")
-    p.add_argument(
-        "--timer",
-        choices=sorted(C.TIMERS),
-        default="wall",
-        help="wall: elapsed time (default); cpu: the process's CPU time",
-    )
-    p.add_argument("--threads", type=int, default=C.THREADS, help="threads of each framework (default 2)")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
-    p.add_argument(
-        "--worker",
-        nargs=2,
-        metavar=("FRAMEWORK", "MODEL"),
-        help="internal: run one framework and model in this process and print JSON",
-    )
-    p.add_argument("--profile", metavar="PATH", help="with --worker: cProfile the timed steps into PATH")
+    H.add_args(p, rounds=2)
+    p.add_argument("--profile", nargs=3, metavar=("FRAMEWORK", "MODEL", "PATH"), help="cProfile one case here")
     args = p.parse_args(argv)
-    if args.worker:
-        fwk, model = args.worker
-        w, s = DEFAULT_STEPS[model]
-        res = worker(
-            fwk,
-            model,
-            w if args.warmup is None else args.warmup,
-            s if args.steps is None else args.steps,
-            args.timer,
-            args.profile,
-            args.threads,
-        )
-        print(json.dumps(res))
+    if args.profile:
+        fwk, model, path = args.profile
+        profile(fwk, model, path, args.steps or DEFAULT_STEPS[model][1])
         return 0
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    for m in models:
-        if m not in BATCH:
-            p.error(f"unknown model {m!r}; choose from {', '.join(MODELS)}")
-    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
-    repeats = 1 if args.quick and args.repeats == 2 else args.repeats
-    report = run(models, repeats, args.steps, args.warmup, args.quick, args.timer, frameworks, args.threads)
-    print_table(report)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
+    try:
+        models = H.parse_list(args.models, MODELS, "model")
+        frameworks = H.parse_list(args.frameworks, ("flow", "torch"), "framework")
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    warmup, steps = steps_of(args.quick)
+    baseline = "torch eager" if "torch" in frameworks else None
+    report = H.run_args(args, cases(models, frameworks), warmup, steps, baseline)
+    print(H.markdown(report))
+    print()
+    print(
+        throughput_table(
+            report, [c for c in ("flow eager", "torch eager") if c.split()[0] in frameworks], "torch eager"
+        )
+    )
+    H.write_json(report, args.json)
     return 0
 
 
