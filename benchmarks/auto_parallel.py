@@ -54,7 +54,7 @@ def worker(a) -> None:
     if a.layout == "auto":
         ap = AP.plan(m, idx, n, cluster=_measured_cluster(n))
         ap.apply(m)
-        chosen, table = ap.best.name, ap.table()
+        chosen, table = ap.best.name, ap.explain()  # the candidates (pipelines scored too) and why
         by = {c.name: c.step_time for c in ap.candidates}
         full = "attn+mlp+vocab"
         predicted = {"auto": ap.best.step_time, "dp": by.get(f"dp{n}"), "tp": by.get(f"dp1 tp{n}[{full}]")}

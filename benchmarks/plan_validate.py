@@ -351,10 +351,15 @@ def predict(
     background: float = 0.0,
     loss_collectives: int = 0,
     cpu_share: float | None = None,
+    work_tp: dict | None = None,
 ) -> float:
+    """The simulator's step time of one of RUNS; ``work_tp``: tp degree -> the per-rank traced TP
+    workload (``flow_dist.plan.tp_trace``); without it TP divides the unsplit eager trace."""
     from flow_dist.plan import Cluster, simulate
 
     work = work_graph if mode == "dp" else work_eager
+    if mode == "tp" and work_tp is not None:
+        work = work_tp[n]
     st = strategy(mode, n, loss_collectives)
     cluster = Cluster.local(n, ab, dev, background=background, cpu_share=cpu_share)
     return simulate(work, cluster, st, BATCH).step_time
@@ -367,6 +372,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="passes over the runs (alternating order)")
     ap.add_argument("--out", default=os.path.join(os.path.expanduser("~"), ".cache", "flow", "plan", "validate.json"))
     ap.add_argument("--predict-only", action="store_true", help="predict against the measurements in --out")
+    ap.add_argument(
+        "--only", default=None, help="comma-separated runs to measure and report, as mode+ranks (e.g. 'eager1,tp2,tp4')"
+    )
     ap.add_argument("--worker", choices=["dp", "tp", "pp", "eager"], help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -387,12 +395,20 @@ def main() -> int:
     import flow
     from flow_dist.plan import DeviceProfile, gpt_workload
     from flow_dist.plan.calibrate import background_load
+    from flow_dist.plan.tp_trace import tp_workload
     from flow_models.nlp.gpt import GPTConfig
 
+    runs = RUNS
+    if a.only:
+        want = a.only.split(",")
+        runs = [r for r in RUNS if f"{r[1]}{r[2]}" in want]
+        unknown = sorted(set(want) - {f"{m}{n}" for _, m, n in RUNS})
+        if unknown:
+            ap.error(f"--only: unknown runs {unknown}; known: {[f'{m}{n}' for _, m, n in RUNS]}")
     if not a.predict_only:
         measured: dict = {"load_average": [list(os.getloadavg())], "runs": {}}
         for r in range(a.rounds):
-            order = RUNS if r % 2 == 0 else RUNS[::-1]  # alternate, so a load drift hits every run alike
+            order = runs if r % 2 == 0 else runs[::-1]  # alternate, so a load drift hits every run alike
             for _, mode, n in order:
                 got = measure(mode, n, a.steps)
                 measured["runs"].setdefault(f"{mode}{n}", []).append(got)
@@ -403,7 +419,9 @@ def main() -> int:
             json.dump(measured, f, indent=1)
     with open(a.out) as f:
         measured = json.load(f)
-    if "profile" not in measured:  # calibrated after the runs, in a process of its own (one BLAS thread)
+    # calibrated after the runs, in a process of its own (one BLAS thread); a stored profile from before
+    # the global-tensor dispatch cost was calibrated is measured again
+    if "global_overhead" not in measured.get("profile", {}):
         p = subprocess.run([sys.executable, __file__, "--profile"], capture_output=True, text=True, env=_one_thread())
         if p.returncode:
             raise RuntimeError(f"calibration failed:\n{p.stdout}{p.stderr}")
@@ -416,33 +434,52 @@ def main() -> int:
     flow.set_default_dtype(flow.float64)
     work_graph = gpt_workload(GPTConfig(**CFG), trace_layers=CFG["n_layer"], name="gpt-small")
     work_eager = dataclasses.replace(work_graph, mode="eager")
+    # TP: each rank's own step (the split model's local trace), eager on global tensors
+    work_tp = {n: tp_workload(GPTConfig(**CFG), n, trace_layers=CFG["n_layer"]) for _, m, n in runs if m == "tp"}
     print(f"device: {dev.flops / 1e9:.1f} GFLOP/s peak GEMM, {dev.mem_bandwidth / 1e9:.1f} GB/s per rank (1 thread)")
-    print(f"dispatch per op: eager {dev.eager_overhead * 1e6:.1f} us, graph {dev.graph_overhead * 1e6:.1f} us")
+    print(
+        f"dispatch per op: eager {dev.eager_overhead * 1e6:.1f} us, graph {dev.graph_overhead * 1e6:.1f} us, "
+        f"global tensors +{dev.global_overhead * 1e6:.1f} us"
+    )
     print(f"model: {work_graph.params / 1e6:.2f}M parameters, batch {BATCH} x {CFG['block_size']}, float64, AdamW")
     print(f"MPI link: {ab or 'not measured (run benchmarks/mpi_alpha_beta.py)'}")
     print("load average: " + "; ".join(" ".join(f"{x:.2f}" for x in la) for la in measured["load_average"]))
     # "old": the link fitted before the runs (--alpha-beta) and only the gradient all-reduce counted;
     # "pred": each round's own link (probed between its steps) and the collectives the run holds
     print(
-        "| run | ranks | background | calls a step (ms in them) | all-reduce 8 B ms | old pred ms | pred ms "
-        "| measured ms | error | compute share | pred, measured share ms (error) |"
+        "| run | ranks | background | calls a step (ms in them) | all-reduce 8 B ms | old pred ms | TP divided ms "
+        "| pred ms | measured ms (range) | error | compute share | pred, measured share ms (error) |"
     )
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for label, mode, n in RUNS:
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, mode, n in runs:
+        if f"{mode}{n}" not in measured["runs"]:
+            continue
         got = measured["runs"][f"{mode}{n}"]
         med = float(np.median([g["median"] for g in got]))
         bgs = [background_load(g["runnable"], n) for g in got]
         bg = float(np.median(bgs))
         old = predict(mode, n, ab, dev, work_graph, work_eager, bg)
         preds = [
-            predict(mode, n, g.get("link", ab), dev, work_graph, work_eager, b, g.get("loss_collectives", 0))
+            predict(
+                mode, n, g.get("link", ab), dev, work_graph, work_eager, b, g.get("loss_collectives", 0), None, work_tp
+            )
             for g, b in zip(got, bgs)
         ]
         pred = float(np.median(preds))
+        # TP as before the per-rank trace: the unsplit eager trace divided, local dispatch (same link)
+        divided = "-"
+        if mode == "tp":
+            dv = [
+                predict(mode, n, g.get("link", ab), dev, work_graph, work_eager, b, g.get("loss_collectives", 0))
+                for g, b in zip(got, bgs)
+            ]
+            divided = f"{np.median(dv) * 1e3:.1f} ({(np.median(dv) - med) / med:+.1%})"
         # the compute slowdown measured in the run instead of modelled from the runnable count
         shares = [min(1.0, g["compute_share"]) for g in got if "compute_share" in g]
         by_share = [
-            predict(mode, n, g.get("link", ab), dev, work_graph, work_eager, 0.0, g.get("loss_collectives", 0), sh)
+            predict(
+                mode, n, g.get("link", ab), dev, work_graph, work_eager, 0.0, g.get("loss_collectives", 0), sh, work_tp
+            )
             for g, sh in zip(got, shares)
         ]
         share_s = f"{np.median(shares):.2f}" if shares else "-"
@@ -456,8 +493,9 @@ def main() -> int:
             for k in kinds
         )
         print(
-            f"| {label} | {n} | {bg:.2f} | {calls or '-'} | {lat_s} | {old * 1e3:.1f} | {pred * 1e3:.1f} | "
-            f"{med * 1e3:.1f} | "
+            f"| {label} | {n} | {bg:.2f} | {calls or '-'} | {lat_s} | {old * 1e3:.1f} | {divided} | {pred * 1e3:.1f} | "
+            f"{med * 1e3:.1f} ({min(t for g in got for t in g['times']) * 1e3:.0f}-"
+            f"{max(t for g in got for t in g['times']) * 1e3:.0f}) | "
             f"{(pred - med) / med:+.1%} | {share_s} | {ps} |"
         )
     return 0

@@ -40,14 +40,16 @@ def free():
 
 def test_candidates_cover_meshes_groups_and_the_best_is_fastest(free):
     names = {c.name for c in free.candidates}
-    # 1 dp4 + 7 subsets of {attn, mlp, vocab} for each of tp2 and tp4
-    assert len(free.candidates) == 15
+    # 1 dp4 + 7 subsets of {attn, mlp, vocab} for each of tp2 and tp4, and 2 pipelines of 2 stages
+    # (dp2 and tp2 beside them, each at its fastest micro-batch count)
+    assert len(free.candidates) == 17
     assert {"dp4", "dp2 tp2[attn+mlp]", "dp1 tp4[vocab]", "dp2 tp2[attn+mlp+vocab]"} <= names
+    assert sorted((c.dp, c.tp, c.pp) for c in free.candidates if c.pp > 1) == [(1, 2, 2), (2, 1, 2)]
     assert all(c.fits for c in free.candidates)
     assert free.best.step_time == min(c.step_time for c in free.candidates)
     assert free.best.name == "dp4"  # the tiny GPT in a graph: one gradient bucket, data parallel wins
     text = free.table()
-    assert "* dp4" in text and text.count("\n") == 16
+    assert "* dp4" in text and text.count("\n") == 18
 
 
 def test_partial_tp_keeps_the_unsplit_groups_whole(free):
@@ -61,18 +63,21 @@ def test_partial_tp_keeps_the_unsplit_groups_whole(free):
 
 
 def test_a_memory_cap_below_data_parallel_picks_tensor_parallel(free):
-    dp = next(c for c in free.candidates if c.tp == 1)
+    dp = next(c for c in free.candidates if c.tp == 1 and c.pp == 1)
     p = AP.plan(gpt(), ids(), 4, cluster=cluster(4), memory_cap=0.75 * dp.memory, mode="graph")
     assert p.best.tp > 1 and p.best.fits and p.best.memory <= 0.75 * dp.memory
-    assert not next(c for c in p.candidates if c.tp == 1).fits
-    fitting = [c for c in p.candidates if c.fits]
+    assert not next(c for c in p.candidates if c.tp == 1 and c.pp == 1).fits
+    fitting = [c for c in p.candidates if c.fits and c.applicable]
     assert p.best.step_time == min(c.step_time for c in fitting)
+    # the search over pipelines too: the fastest that fits is a pipeline or TP (scored, not applied)
+    sb = p.search_best
+    assert (sb.pp > 1 or sb.tp > 1) and sb.fits and sb.step_time <= p.best.step_time
     assert p.tp_plan()["transformer.h.*.mlp.c_fc"] == "colwise"
     assert p.input_sbp == (flow.sbp.split(0), flow.sbp.broadcast)
 
 
 def test_zero_stages_in_graph_mode_apply_and_the_others_are_scored_only(free):
-    dp = next(c for c in free.candidates if c.tp == 1)
+    dp = next(c for c in free.candidates if c.tp == 1 and c.pp == 1)
     cap = 0.75 * dp.memory
     p = AP.plan(gpt(), ids(), 4, cluster=cluster(4), memory_cap=cap, zero_stages=(0, 1, 2, 3), mode="graph")
     ok = [c for c in p.candidates if c.fits and c.applicable]
@@ -84,7 +89,8 @@ def test_zero_stages_in_graph_mode_apply_and_the_others_are_scored_only(free):
     assert by["dp4 zero1"].step_time > by["dp4"].step_time
     assert {c.zero_stage for c in p.candidates} == {0, 1, 2, 3}
     for c in p.candidates:  # the graph's zero pass: 1-d placements, stages 1 and 2
-        assert c.applicable == (c.zero_stage in (0, 1, 2) and (c.zero_stage == 0 or c.tp == 1)), c.name
+        zero_ok = c.zero_stage in (0, 1, 2) and (c.zero_stage == 0 or c.tp == 1)
+        assert c.applicable == (zero_ok and c.pp == 1), c.name  # pipelines are scored only
         assert c.applicable or c.note.startswith("scored only")
     z = AP.AutoPlan(by["dp4 zero1"], p.candidates, 4, 8, cap)
     with pytest.raises(AP.AutoParallelError, match="ZeRO on eager"):

@@ -1,4 +1,4 @@
-"""Auto-parallel: choose a data x tensor parallel layout of a model by simulating each candidate.
+"""Auto-parallel: choose a data x tensor (x pipeline) parallel layout of a model by simulating each candidate.
 
 ``plan(model, sample_inputs, world)`` enumerates layouts of the zoo GPT (``flow_models.nlp.gpt``)
 over ``world`` ranks and scores each with :func:`flow_dist.plan.simulate` (step time, and memory per
@@ -14,6 +14,15 @@ a per-op search of SBP signatures (OneFlow's ILP). A candidate is
 * for ``tp > 1``, which groups are tensor parallel on the TP axis: the attention (head parallel),
   the MLP (Megatron's column then row parallel) and the vocabulary (the embedding and the tied
   output layer), any non-empty subset; the rest is broadcast;
+* a pipeline degree ``pp`` dividing the layers (``dp x tp x pp = world``; stages cut as
+  :func:`flow_dist.pipeline.gpt_stages` does, whole blocks, embeddings on the first stage and the
+  head on the last), with the micro-batch count (gradient accumulation over 1F1B) that the
+  simulator finds fastest; a pipeline's bubble and its activation sends are the simulator's. With
+  ``tp > 1`` a pipeline candidate splits every group (Megatron's plan). Pipeline candidates are
+  **scored, not applied**: ``AutoPlan.apply`` lays out DP and TP only (the graph pipeline needs its
+  stages set on the model's blocks and a rank per stage before the first compile), so ``best`` is
+  the fastest applicable plan and ``search_best`` the fastest that fits of all, pipelines included;
+  :meth:`AutoPlan.explain` says which and why;
 * a ZeRO stage, only when asked for (``zero_stages``). Stages 1 and 2 of a pure data-parallel
   layout apply in graph mode (``plan(..., mode="graph")``, then ``apply(model, graph=g)`` turns on
   the ``zero`` graph pass, :mod:`flow_dist.zero.graph_pass`); the other ZeRO candidates are scored
@@ -56,7 +65,8 @@ class AutoParallelError(GlobalTensorError):
 
 @dataclass
 class Candidate:
-    """One scored layout: ``dp x tp`` ranks, the tensor-parallel ``groups``, a ZeRO stage."""
+    """One scored layout: ``dp x tp x pp`` ranks, the tensor-parallel ``groups``, a ZeRO stage, the
+    micro-batches of a pipeline."""
 
     dp: int
     tp: int
@@ -67,11 +77,15 @@ class Candidate:
     fits: bool = False
     note: str = ""
     applicable: bool = True  # AutoPlan.apply can lay it out (a ZeRO plan only in graph mode, stage 1/2, tp 1)
+    pp: int = 1
+    micro_batches: int = 1
+    bubble: float = 0.0  # the pipeline's idle fraction, predicted
 
     @property
     def name(self) -> str:
         tp = f" tp{self.tp}[{'+'.join(self.groups)}]" if self.tp > 1 else ""
-        return f"dp{self.dp}{tp}" + (f" zero{self.zero_stage}" if self.zero_stage else "")
+        pp = f" pp{self.pp} m{self.micro_batches}" if self.pp > 1 else ""
+        return f"dp{self.dp}{tp}{pp}" + (f" zero{self.zero_stage}" if self.zero_stage else "")
 
 
 @dataclass
@@ -84,6 +98,29 @@ class AutoPlan:
     batch: int
     memory_cap: float
     placement: object = field(default=None, repr=False)  # the mesh, set by apply()
+
+    @property
+    def search_best(self) -> Candidate | None:
+        """The fastest candidate that fits the memory cap, whether or not ``apply`` can lay it out."""
+        fit = [c for c in self.candidates if c.fits]
+        return min(fit, key=lambda c: c.step_time) if fit else None
+
+    def explain(self) -> str:
+        """The table and why ``best`` was chosen (and, when it differs, what the search preferred)."""
+        lines = [self.table()]
+        sb = self.search_best
+        lines.append(
+            f"chosen: {self.best.name}, {self.best.step_time * 1e3:.3f} ms, the fastest plan apply() can lay out"
+        )
+        if sb is not None and sb is not self.best:
+            lines.append(
+                f"fastest that fits: {sb.name}, {sb.step_time * 1e3:.3f} ms "
+                f"({(self.best.step_time / sb.step_time - 1):+.1%} for the chosen one): {sb.note or 'not applicable'}"
+            )
+        out = [c for c in self.candidates if not c.fits]
+        if out:
+            lines.append(f"over the memory cap: {', '.join(c.name for c in out)}")
+        return "\n".join(lines)
 
     @property
     def mesh_shape(self) -> tuple:
@@ -165,11 +202,12 @@ class AutoPlan:
         """The candidates, fastest first: predicted step time, memory per rank, whether it fits."""
         cap = "none" if self.memory_cap == float("inf") else f"{self.memory_cap / 2**20:.2f} MiB"
         lines = [f"auto-parallel over {self.world} ranks, batch {self.batch}, memory cap {cap}"]
-        lines.append(f"  {'layout':<28} {'step ms':>9} {'MiB/rank':>9}  fits")
+        lines.append(f"  {'layout':<34} {'step ms':>9} {'MiB/rank':>9} {'bubble':>6}  fits")
+        sb = self.search_best
         for c in self.candidates:
-            mark = "*" if c is self.best else " "
+            mark = "*" if c is self.best else ("+" if c is sb else " ")
             lines.append(
-                f"{mark} {c.name:<28} {c.step_time * 1e3:>9.3f} {c.memory / 2**20:>9.3f}  "
+                f"{mark} {c.name:<34} {c.step_time * 1e3:>9.3f} {c.memory / 2**20:>9.3f} {c.bubble:>6.1%}  "
                 f"{'yes' if c.fits else 'no'}{'  ' + c.note if c.note else ''}"
             )
         return "\n".join(lines)
@@ -257,13 +295,18 @@ LOSS_COLLECTIVES = 3
 
 def _score(work, cluster, cand: Candidate, batch: int, counts: dict, simulate, Strategy) -> None:
     scopes = tuple(s for g in cand.groups for s in _SCOPES[g]) if cand.tp > 1 else None
-    if work.mode == "eager":
+    if cand.pp > 1:
+        # a pipeline's stages hold 1/pp of the blocks' gradients: the DP buckets follow the stage
+        counts = dict(counts, tensors=max(1, counts["tensors"] // cand.pp), large=max(1, counts["large"] // cand.pp))
+    if work.mode != "graph":
         buckets = counts["tensors"]  # one P->B per gradient
     else:
         buckets = counts["large"] if cand.zero_stage else 1  # ZeRO's rewrite is per parameter, unbucketed
     st = Strategy(
         dp=cand.dp,
         tp=cand.tp,
+        pp=cand.pp,
+        micro_batches=cand.micro_batches,
         zero_stage=cand.zero_stage,
         tp_scopes=scopes,
         loss_collectives=LOSS_COLLECTIVES,
@@ -275,11 +318,15 @@ def _score(work, cluster, cand: Candidate, batch: int, counts: dict, simulate, S
     mem = dict(r.memory)
     if cand.tp > 1:
         # collectives: the simulator counts 2 per scope and layer; Megatron has 2 per split group
-        # and layer (forward and backward), and a split vocabulary 2 more (embedding, head input)
-        k = st.tp_collectives_per_layer * work.n_layer
+        # and layer (forward and backward), and a split vocabulary 2 more (embedding, head input);
+        # a pipeline pays its stage's per micro-batch, in every one of its m + pp - 1 slots
+        layers = work.n_layer // cand.pp
+        k = st.tp_collectives_per_layer * layers * cand.micro_batches
         one = r.comm_time["tp"] / k if k else 0.0
         layer_groups = sum(g in cand.groups for g in ("attn", "mlp"))
-        step += (2 * layer_groups * work.n_layer + 2 * ("vocab" in cand.groups)) * one - r.comm_time["tp"]
+        real = (2 * layer_groups * layers + 2 * ("vocab" in cand.groups)) * one * cand.micro_batches
+        slots = (cand.micro_batches + cand.pp - 1) / cand.micro_batches
+        step += (real - r.comm_time["tp"]) * slots
         # parameters: the simulator splits all of them tp ways; only the chosen groups are split
         split = sum(counts[g] for g in cand.groups)
         real = counts["all"] - split + split / cand.tp
@@ -287,7 +334,7 @@ def _score(work, cluster, cand: Candidate, batch: int, counts: dict, simulate, S
         for key in ("parameters", "gradients", "optimizer"):
             mem[key] *= ratio
         mem["total"] = sum(v for key, v in mem.items() if key != "total")
-    cand.step_time, cand.memory = step, mem["total"]
+    cand.step_time, cand.memory, cand.bubble = step, mem["total"], r.bubble
 
 
 def plan(
@@ -300,6 +347,7 @@ def plan(
     zero_stages: tuple = (0,),
     groups: tuple = GROUPS,
     mode: str = "eager",
+    pipeline: bool = True,
 ) -> AutoPlan:
     """Search the data x tensor parallel layouts of ``model`` (the zoo GPT) over ``world`` ranks (an
     int or a placement holding them) for one training step on ``sample_inputs`` (the token ids of
@@ -310,6 +358,7 @@ def plan(
     groups that may be tensor parallel. In a multi-process job every rank must call it; rank 0's
     choice is broadcast, so the ranks agree even if their device profiles differ. ``mode``: how the
     step will run, ``"eager"`` or ``"graph"`` (an ``nn.Graph``: bucketed gradients, ZeRO 1/2 applicable).
+    ``pipeline``: also score pipeline degrees (reported, not applied; see :attr:`AutoPlan.search_best`).
     """
     from flow_dist.plan import Cluster, Strategy, gpt_workload, simulate
 
@@ -337,7 +386,8 @@ def plan(
     if not cap > 0:
         raise ValueError(f"auto_parallel: memory_cap must be > 0 bytes, got {memory_cap!r}")
     cfg = model.config
-    work = dataclasses.replace(gpt_workload(cfg, seq=seq, name="gpt"), mode=mode)
+    # eager steps run on global tensors: every op pays the SBP handler's dispatch
+    work = dataclasses.replace(gpt_workload(cfg, seq=seq, name="gpt"), mode="global" if mode == "eager" else mode)
     counts = _group_params(model)
     cands: list = []
     for tp in _divisors(n):
@@ -359,6 +409,10 @@ def plan(
             if why:
                 c.applicable, c.note = False, "scored only: " + why.split(";")[0]
             cands.append(c)
+    if pipeline:
+        from flow_dist.auto_parallel_pp import pipeline_candidates
+
+        cands += pipeline_candidates(work, cluster, n, batch, cfg, counts, zero_stages, groups, cap)
     if not cands:
         raise AutoParallelError(
             f"auto_parallel: no layout of {n} ranks divides the batch {batch} and the {cfg.n_head} heads"
@@ -371,6 +425,12 @@ def plan(
         flow.comm.broadcast(t, 0)
         best_i = int(t.numpy()[0])
     if best_i < 0:
+        fit = [c for c in cands if c.fits]
+        if fit:  # only plans apply() cannot lay out fit: say which, and why
+            raise AutoParallelError(
+                f"auto_parallel: no applicable layout fits the memory cap of {cap / 2**20:.3f} MiB per rank; "
+                f"{fit[0].name} fits ({fit[0].memory / 2**20:.3f} MiB) but is {fit[0].note}"
+            )
         lo = min(cands, key=lambda c: c.memory)
         raise AutoParallelError(
             f"auto_parallel: no layout fits the memory cap of {cap / 2**20:.3f} MiB per rank; the smallest, "

@@ -108,10 +108,10 @@ def graph(cap):
 ref = reference()
 free, l0, s0 = eager(None)
 # eagerly every gradient is its own all-reduce, so the choice is whichever scores fastest
-assert free.best.step_time == min(c.step_time for c in free.candidates if c.fits), free.table()
+assert free.best.step_time == min(c.step_time for c in free.candidates if c.fits and c.applicable), free.table()
 check(f"eager, no cap, {free.best.name}", l0, s0, ref)
 # a cap below pure data parallelism's memory: a tensor-parallel layout must be chosen
-dp_mem = next(c.memory for c in free.candidates if c.tp == 1)
+dp_mem = next(c.memory for c in free.candidates if c.tp == 1 and c.pp == 1)  # pipelines: scored only
 cap = 0.75 * dp_mem
 capped, l1, s1 = eager(cap)
 assert capped.best.tp > 1 and capped.best.memory <= cap, capped.table()

@@ -6,7 +6,9 @@
   dispatch cost per op in eager and graph mode) and the probe of other jobs' load;
 * :mod:`.cluster` and :mod:`.collectives`: a topology and alpha-beta times of the collectives;
 * :mod:`.workload`: a model + input spec traced into per-layer costs;
-* :mod:`.simulate`: ``simulate(workload, cluster, Strategy(dp, tp, pp, micro_batches, zero_stage))``;
+* :mod:`.tp_trace`: one rank's share of a tensor-parallel GPT step, traced (what TP is costed from);
+* :mod:`.simulate`: ``simulate(workload, cluster, Strategy(dp, tp, pp, micro_batches, zero_stage))``,
+  ``search`` (the fastest that fits) and ``explore`` (the best of every dp x tp x pp shape);
 * ``python -m flow_dist.plan``: the best strategy per cluster size for a zoo model.
 
 See ``docs/scaling.md``.
@@ -17,7 +19,8 @@ from flow_dist.plan.cluster import Cluster, oversubscription
 from flow_dist.plan.collectives import Link
 from flow_dist.plan.cost import OpCost, StepCost, op_cost, step_cost
 from flow_dist.plan.devices import CPU_PROFILE_ENV, H200, DeviceProfile, cpu_profile
-from flow_dist.plan.simulate import Report, Strategy, search, simulate
+from flow_dist.plan.simulate import Report, Strategy, explore, search, simulate
+from flow_dist.plan.tp_trace import tp_workload
 from flow_dist.plan.workload import Workload, gpt_workload, trace_step, workload_from_ir
 
 __all__ = [
@@ -33,12 +36,14 @@ __all__ = [
     "Workload",
     "calibrate_cpu",
     "cpu_profile",
+    "explore",
     "gpt_workload",
     "op_cost",
     "oversubscription",
     "search",
     "simulate",
     "step_cost",
+    "tp_workload",
     "trace_step",
     "workload_from_ir",
 ]

@@ -1,6 +1,7 @@
 """``python -m flow_dist.plan``: the best strategy per cluster size for a zoo GPT.
 
 python -m flow_dist.plan --model gpt2 --cluster h200 --gpus 8,64,512,4096 --batch 512 --seq 1024
+python -m flow_dist.plan --model gpt-1.3b --gpus 8 --memory-cap 16 --explain   # every dp x tp x pp shape
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ MODELS = {
 
 def main(argv: list | None = None) -> int:
     from flow_dist.plan.cluster import Cluster
-    from flow_dist.plan.simulate import search
+    from flow_dist.plan.simulate import explore, search
     from flow_dist.plan.workload import gpt_workload
 
     try:
@@ -32,6 +33,9 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--batch", type=int, default=512, help="global batch, sequences")
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's block size)")
     ap.add_argument("--memory-cap", type=float, default=None, help="GiB per GPU (default: the device's memory)")
+    ap.add_argument(
+        "--explain", action="store_true", help="also list the best strategy of every dp x tp x pp shape searched"
+    )
     a = ap.parse_args(argv)
     try:
         gpus = [int(g) for g in a.gpus.split(",")]
@@ -49,6 +53,9 @@ def main(argv: list | None = None) -> int:
         r = search(work, Cluster.h200(n), a.batch, cap)
         if r is None:
             print(f"{n:>6} {'(nothing fits)':<24}")
+            if a.explain:
+                c = Cluster.h200(n)
+                _explain(explore(work, c, a.batch, cap), None, c.device.memory if cap is None else cap)
             continue
         if base is None:
             base = (n, r.step_time)
@@ -58,7 +65,23 @@ def main(argv: list | None = None) -> int:
             f"{n:>6} {str(r.strategy):<24} {r.step_time * 1e3:>9.2f} {r.memory['total'] / 2**30:>8.2f} "
             f"{r.tokens_per_s:>11.3g} {r.mfu:>6.1%} {eff:>8.1%}  {top}"
         )
+        if a.explain:
+            c = Cluster.h200(n)
+            _explain(explore(work, c, a.batch, cap), r, c.device.memory if cap is None else cap)
     return 0
+
+
+def _explain(rows: list, chosen, cap) -> None:
+    """The best strategy of each mesh shape, fastest first: its step, memory, bubble and largest items."""
+    for r in rows:
+        fits = r.fits(cap)
+        mark = "*" if chosen is not None and r.strategy == chosen.strategy else " "
+        why = "" if fits else "  (over the memory cap)"
+        top = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in r.critical_path[:3])
+        print(
+            f"     {mark} {str(r.strategy):<24} {r.step_time * 1e3:>9.2f} {r.memory['total'] / 2**30:>8.2f} "
+            f"bubble {r.bubble:>5.1%}  {top}{why}"
+        )
 
 
 if __name__ == "__main__":

@@ -76,6 +76,24 @@ def eager_overhead(seconds: float = 0.2) -> float:
     return _median_time(lambda: a + a, seconds, 50)
 
 
+def global_overhead(seconds: float = 0.2) -> float:
+    """Seconds an eager op on global tensors costs beyond a local one (:func:`eager_overhead`): the same
+    2-element add on a one-rank placement, where no collective runs, so the difference is the SBP
+    handler's work per call. Measured only in a one-process job (0.0 otherwise): a placement of
+    every rank would make the calibration collective, and the ranks do not calibrate in step."""
+    import flow
+
+    if flow.env.get_world_size() > 1:
+        return 0.0
+    import flow_dist  # noqa: F401  (registers the global array kind)
+
+    p = flow.placement("cpu", ranks=[0])
+    a = flow.ones(2).to_global(p, (flow.sbp.broadcast,))
+    a.requires_grad_(True)
+    b = flow.ones(2, requires_grad=True)
+    return max(0.0, _median_time(lambda: a + a, seconds / 2, 50) - _median_time(lambda: b + b, seconds / 2, 50))
+
+
 def graph_overhead(seconds: float = 0.3, ops: int = 64) -> float:
     """Seconds per node of a compiled ``nn.Graph``: a chain of ``ops`` tiny adds against a chain of one."""
     import flow
@@ -200,6 +218,7 @@ def calibrate_cpu(seconds: float = 3.0) -> DeviceProfile:
     with _Float64(flow):
         eager = eager_overhead(seconds / 15)
         graph = graph_overhead(seconds / 10)
+        glob = global_overhead(seconds / 15)
         peak, curve = gemm_curve(eager, seconds / 4)
         linear_peak, linear = gemm_curve(eager, seconds / 8, "linear")
         ops = op_seconds(eager, seconds / 4)
@@ -217,6 +236,7 @@ def calibrate_cpu(seconds: float = 3.0) -> DeviceProfile:
         op_seconds=ops,
         eager_overhead=eager,
         graph_overhead=graph,
+        global_overhead=glob,
     )
 
 

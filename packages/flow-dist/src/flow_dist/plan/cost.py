@@ -64,6 +64,9 @@ class OpCost:
     passes: int = 1  # passes over its operands an unfused implementation makes (one per FLOP per element)
     elements: float = 0.0  # elements of its largest operand (parameter elements of an optimizer update)
     calls: float = 1.0  # independent matrix products of a batched contraction (heads x sequences)
+    # runs inside a global op's local function (flow_dist's vocabulary-parallel embedding and loss): it
+    # pays a local op's dispatch, not the SBP handler's, when the step runs on global tensors
+    local: bool = False
 
     def time(self, device, mode: str = "graph") -> float:
         """Seconds on ``device``: the framework's fixed cost per op in ``mode`` plus the work. A matrix
@@ -72,10 +75,10 @@ class OpCost:
         (a device that does not fuse elementwise work, NumPy on a CPU, moves the operands once per pass)."""
         if self.rule == "comm":
             return 0.0
-        overhead = device.op_overhead(mode)
+        overhead = device.op_overhead("eager" if mode == "global" and self.local else mode)
         if self.rule == "view":
-            # the graph executor hands out views without dispatching; eager still runs each call
-            return overhead * device.slowdown if mode == "eager" else 0.0
+            # the graph executor hands out views without dispatching; eager (local or global) still runs each call
+            return overhead * device.slowdown if mode != "graph" else 0.0
         if self.rule == "contraction" and self.flops:
             per = self.flops / max(self.calls, 1.0)
             # still bound by its memory traffic: a product with a short contraction (attention's
@@ -209,6 +212,16 @@ def _sdpa(node) -> float:
     return 2.5 * flops if node.name.endswith("_backward") else flops
 
 
+def _flash(node) -> float:
+    """flow-core's fused ``flash_attention`` (and its backward): the composite's products, q k^T and
+    p v (``4 B H Lq Lk E``; the backward recomputes q k^T and runs 4 more: ``10 B H Lq Lk E``), plus
+    its softmax (5 a score forward, 8 backward). The causal mask is counted whole, as the composite's."""
+    q, k = list(node.input_values())[:2] if not node.name.endswith("_backward") else list(node.input_values())[1:3]
+    lq, lk, e = q.shape[-2], k.shape[-2], q.shape[-1]
+    scores = _numel(q.shape[:-2]) * lq * lk
+    return 10.0 * scores * e + 8.0 * scores if node.name.endswith("_backward") else 4.0 * scores * e + 5.0 * scores
+
+
 def op_cost(node) -> OpCost:
     """The :class:`OpCost` of one :class:`flow.graph.Node`."""
     name = node.name
@@ -230,6 +243,10 @@ def op_cost(node) -> OpCost:
         return make(_conv(node), io, "conv")
     if "pool" in name:
         return make(_pool(node), io, "pool")
+    if name in ("flash_attention", "flash_attention_backward"):
+        # a fused kernel of per-head products: each runs at the rate of its own size
+        q = list(node.input_values())[0 if name == "flash_attention" else 1]
+        return make(_flash(node), io, "contraction", calls=float(_numel(q.shape[:-2])))
     if name.startswith("scaled_dot_product_attention"):
         return make(_sdpa(node), io, "attention")
     if name in OPTIMIZER:

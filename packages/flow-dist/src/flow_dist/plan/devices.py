@@ -47,6 +47,9 @@ class DeviceProfile:
     eager_overhead: float = 0.0
     graph_overhead: float = 0.0
     slowdown: float = 1.0
+    # an eager op on global tensors pays this on top of ``eager_overhead``: the SBP handler's signature
+    # choice and layout bookkeeping (about 20x a local op's dispatch on this CPU)
+    global_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         for what in ("flops", "mem_bandwidth", "memory", "slowdown"):
@@ -55,7 +58,7 @@ class DeviceProfile:
         for what in ("flops_efficiency", "bw_efficiency"):
             if not 0 < getattr(self, what) <= 1:
                 raise ValueError(f"DeviceProfile {self.name!r}: {what} must be in (0, 1], got {getattr(self, what)}")
-        for what in ("eager_overhead", "graph_overhead"):
+        for what in ("eager_overhead", "graph_overhead", "global_overhead"):
             if not getattr(self, what) >= 0:
                 raise ValueError(f"DeviceProfile {self.name!r}: {what} must be >= 0, got {getattr(self, what)}")
         # JSON gives lists: store tuples so the profile stays hashable
@@ -112,9 +115,12 @@ class DeviceProfile:
         return None
 
     def op_overhead(self, mode: str) -> float:
-        """The framework's fixed cost of one op in ``mode`` (``"eager"`` or ``"graph"``)."""
-        if mode not in ("eager", "graph"):
-            raise ValueError(f"DeviceProfile.op_overhead: mode must be 'eager' or 'graph', got {mode!r}")
+        """The framework's fixed cost of one op in ``mode``: ``"eager"``, ``"graph"`` or ``"global"`` (eager
+        on global tensors: every op goes through flow-dist's SBP handler)."""
+        if mode not in ("eager", "graph", "global"):
+            raise ValueError(f"DeviceProfile.op_overhead: mode must be 'eager', 'graph' or 'global', got {mode!r}")
+        if mode == "global":
+            return self.eager_overhead + self.global_overhead
         return self.eager_overhead if mode == "eager" else self.graph_overhead
 
 
@@ -145,7 +151,8 @@ IB_ALPHA = 8e-6
 
 def _cache_path() -> str:
     base = os.environ.get("FLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flow")
-    return os.path.join(base, "plan", "cpu-calibrated.json")  # a new name: older caches lack the calibration
+    # a new name whenever the profile gains a measured field: older caches lack it (here global_overhead)
+    return os.path.join(base, "plan", "cpu-calibrated-v2.json")
 
 
 def measure_cpu(seconds: float = 0.5) -> DeviceProfile:
@@ -205,6 +212,8 @@ def cpu_profile(refresh: bool = False) -> DeviceProfile:
     from flow_dist.plan import calibrate
 
     prof = calibrate.calibrate_cpu()
+    if not prof.global_overhead:
+        return prof  # measured in a multi-process job, without the global dispatch cost: do not cache it
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:

@@ -107,18 +107,27 @@ def _scaled(c: OpCost, s: float) -> OpCost:
     """``c`` on ``s`` times the work: a batched product gets more (or, split by TP, fewer) products of
     the same size; a single product (a linear over the flattened tokens) a larger one."""
     calls = c.calls * s if c.calls > 1 else c.calls
-    return OpCost(c.name, c.flops * s, c.bytes * s, c.rule, c.phase, c.scope, c.passes, c.elements * s, calls)
+    return OpCost(c.name, c.flops * s, c.bytes * s, c.rule, c.phase, c.scope, c.passes, c.elements * s, calls, c.local)
 
 
 def _split(c: OpCost, tp: int, block_scopes: bool, scopes: tuple | None = None) -> float:
-    """The fraction of op ``c`` one of ``tp`` ranks runs."""
+    """The fraction of op ``c`` of the unsplit trace one of ``tp`` ranks runs. Megatron's split
+    (``scopes`` None) divides the attention's and the MLP's work and, outside the blocks, the
+    vocabulary-parallel embedding, output layer and loss; everything else runs whole on every rank:
+    layer norms, residual adds (and their gradients' sums), the row-parallel biases' gradients, the
+    position embedding."""
     if tp == 1 or c.name in TP_REPLICATED:
         return 1.0
+    if c.name == "sum" and c.phase == "backward" and c.scope.endswith("c_proj"):
+        return 1.0  # a row-parallel layer's bias is whole on every rank, and so is its gradient
     if scopes is not None:
         return 1.0 / tp if any(s in c.scope for s in scopes) else 1.0
-    if block_scopes and c.rule in ("elementwise", "per_element") and not any(s in c.scope for s in ("attn", "mlp")):
-        return 1.0  # residual adds at the block level
-    return 1.0 / tp
+    if block_scopes:
+        if c.rule in ("elementwise", "per_element", "reduction") and not any(s in c.scope for s in ("attn", "mlp")):
+            return 1.0  # residual adds at the block level
+        return 1.0 / tp
+    vocab = ("lm_head" in c.scope or "wte" in c.scope) or c.name.startswith("cross_entropy")
+    return 1.0 / tp if vocab else 1.0
 
 
 def _phase_times(ops, s: float, tp: int, device, block_scopes: bool = True, scopes=None, mode="graph") -> dict:
@@ -127,6 +136,30 @@ def _phase_times(ops, s: float, tp: int, device, block_scopes: bool = True, scop
         t = _scaled(c, s * _split(c, tp, block_scopes, scopes)).time(device, mode)
         out["backward" if c.phase == "backward" else "forward"] += t
     return out
+
+
+def rank_ops(workload, tp: int, scopes: tuple | None = None) -> list:
+    """The ops of one layer and of the rest as one of ``tp`` ranks runs them, each ``OpCost`` scaled by
+    the share that rank does (a traced TP workload, ``workload.tp == tp``, as it is): ``(layer, rest)``."""
+    share = 1 if workload.tp > 1 else tp
+    layer = [_scaled(c, _split(c, share, True, scopes)) for c in workload.layer]
+    rest = [_scaled(c, _split(c, share, False, scopes)) for c in workload.rest]
+    return layer, rest
+
+
+def _rank_params(w, tp: int, layers: int, scopes) -> float:
+    """Parameters one rank of the largest stage holds: a traced TP workload's own; else the split
+    fraction divided ``tp`` ways and the rest whole (a partial plan, ``scopes``: all divided, its
+    caller corrects by group)."""
+    if w.tp > 1 or tp == 1:
+        return w.layer_params * layers + w.rest_params
+    if scopes is not None:
+        return (w.layer_params * layers + w.rest_params) / tp
+
+    def share(f: float) -> float:
+        return f / tp + (1.0 - f)
+
+    return w.layer_params * layers * share(w.layer_tp_split) + w.rest_params * share(w.rest_tp_split)
 
 
 def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) -> Report:
@@ -142,12 +175,18 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
         raise ValueError(f"{w.n_layer} layers do not split into {st.pp} pipeline stages")
     if st.tp > 1 and w.n_head % st.tp:
         raise ValueError(f"tensor parallelism {st.tp} does not divide the {w.n_head} attention heads")
+    if w.tp > 1 and (st.tp != w.tp or st.tp_scopes is not None):
+        raise ValueError(
+            f"the workload is one rank of a {w.tp}-way tensor-parallel split (Megatron's plan); it simulates "
+            f"Strategy(tp={w.tp}) without tp_scopes, not {st} (tp_scopes={st.tp_scopes})"
+        )
     mb = batch // (st.dp * st.micro_batches)
     s = mb / w.batch  # costs scale with the micro-batch
     layers = w.n_layer // st.pp
     mode = w.mode
-    lt = _phase_times(w.layer, s, st.tp, dev, scopes=st.tp_scopes, mode=mode)
-    rt = _phase_times(w.rest, s, st.tp, dev, block_scopes=False, scopes=st.tp_scopes, mode=mode)
+    split_tp = 1 if w.tp > 1 else st.tp  # a traced TP workload is one rank's work already
+    lt = _phase_times(w.layer, s, split_tp, dev, scopes=st.tp_scopes, mode=mode)
+    rt = _phase_times(w.rest, s, split_tp, dev, block_scopes=False, scopes=st.tp_scopes, mode=mode)
     fwd_mb = layers * lt["forward"] + rt["forward"]
     bwd_mb = layers * lt["backward"] + rt["backward"]
     act_dtype = dev.dtype_bytes
@@ -173,7 +212,7 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     backward_total = st.micro_batches * bwd_mb
     forward_total = st.micro_batches * fwd_mb
     # parameters of the largest stage, per rank
-    p_rank = (w.layer_params * layers + w.rest_params) / st.tp
+    p_rank = _rank_params(w, st.tp, layers, st.tp_scopes)
     mixed = dev.dtype_bytes == 2
     pb, gb, ob = (2, 2, 12) if mixed else (4, 4, 8)
     grad_bytes = p_rank * gb
@@ -196,7 +235,11 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     if st.dp > 1 and st.loss_collectives:
         dp_exposed += st.loss_collectives * cluster.collective("all_reduce", 8.0, st.dp, st.tp)
     z_exposed = max(0.0, z_t - forward_total) if st.overlap else z_t
-    opt_share = 1.0 / (st.tp * st.pp * (st.dp if st.zero_stage >= 1 else 1))
+    # the traced update covers the whole model's (or, traced per TP rank, one rank's) parameters: this
+    # rank updates its stage's share of them, replicated ones whole, and a 1/dp shard under ZeRO
+    whole = _rank_params(w, 1, w.n_layer, None)
+    opt_share = _rank_params(w, st.tp, w.n_layer, st.tp_scopes) / max(whole, 1) / st.pp
+    opt_share /= st.dp if st.zero_stage >= 1 else 1
     opt_t = sum(_scaled(c, opt_share).time(dev, mode) for c in w.optimizer)  # fp32 states either way
     step = pipeline + dp_exposed + z_exposed + opt_t
     compute = st.micro_batches * (fwd_mb + bwd_mb) + opt_t
@@ -206,7 +249,8 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     shard_o = st.dp if st.zero_stage >= 1 else 1
     in_flight = min(st.micro_batches, st.pp)  # 1F1B: the first stage holds p micro-batches
     act_scale = s * act_dtype / w.trace_dtype_bytes
-    acts = in_flight * act_scale * (layers * w.layer_activation_bytes / st.tp + w.rest_activation_bytes / st.tp)
+    act_tp = split_tp  # saved activations of the unsplit trace divided as Megatron's (no sequence parallelism)
+    acts = in_flight * act_scale * (layers * w.layer_activation_bytes / act_tp + w.rest_activation_bytes / act_tp)
     memory = {
         "parameters": p_rank * pb / shard_p,
         "gradients": grad_bytes / shard_g,
@@ -225,7 +269,8 @@ def simulate(workload, cluster, strategy: Strategy, batch: int | None = None) ->
     by: dict = {}
     for ops, mult in ((w.layer, layers), (w.rest, 1)):
         for c in ops:
-            t = _scaled(c, s * _split(c, st.tp, ops is w.layer, st.tp_scopes)).time(dev, mode) * mult * st.micro_batches
+            t = _scaled(c, s * _split(c, split_tp, ops is w.layer, st.tp_scopes)).time(dev, mode)
+            t *= mult * st.micro_batches
             by[c.name] = by.get(c.name, 0.0) + t
     by["optimizer update"] = opt_t
     for k, v in comm.items():
@@ -255,9 +300,21 @@ def _divisors(n: int) -> list:
 
 def search(workload, cluster, batch: int, memory_cap: float | None = None, zero_stages=(0, 1, 2, 3)):
     """The fastest :class:`Report` over (dp, tp, pp, micro_batches, zero) whose memory fits ``memory_cap``
-    (default: the device's memory); tp stays within a node. ``None`` when nothing fits."""
+    (default: the device's memory); tp stays within a node. Micro-batches are a pipeline's, or
+    gradient accumulation without one (it only saves memory, so it wins only where the step would
+    not fit without it). ``None`` when nothing fits."""
     cap = cluster.device.memory if memory_cap is None else memory_cap
-    n, best = cluster.devices, None
+    rows = explore(workload, cluster, batch, cap, zero_stages)
+    return rows[0] if rows and rows[0].fits(cap) else None
+
+
+def explore(workload, cluster, batch: int, memory_cap: float | None = None, zero_stages=(0, 1, 2, 3)) -> list:
+    """The best :class:`Report` of every mesh shape ``(tp, pp)`` (over dp = the rest, micro-batches and
+    ZeRO stages; the fastest that fits the cap, else the one needing the least memory), fastest
+    first: what :func:`search` chose among, to explain its choice. A shape no strategy fits is
+    listed with ``Report.fits(cap)`` false."""
+    cap = cluster.device.memory if memory_cap is None else memory_cap
+    n, rows = cluster.devices, []
     for tp in _divisors(min(n, cluster.gpus_per_node)):
         if workload.n_head % tp:
             continue
@@ -265,21 +322,14 @@ def search(workload, cluster, batch: int, memory_cap: float | None = None, zero_
             dp = n // tp // pp
             if workload.n_layer % pp or batch % dp:
                 continue
+            best = None
             for m, z in itertools.product(_divisors(batch // dp), zero_stages):
-                if pp == 1 and m > 1:
-                    continue  # gradient accumulation without a pipeline only saves memory: try it last
                 if z and dp == 1:
-                    continue  # ZeRO shards over the data-parallel ranks: nothing to shard
+                    continue
                 r = simulate(workload, cluster, Strategy(dp, tp, pp, m, z), batch)
-                if r.fits(cap) and (best is None or r.step_time < best.step_time):
-                    best = r
-    if best is None:  # nothing fits without accumulation: allow it
-        for tp in _divisors(min(n, cluster.gpus_per_node)):
-            if workload.n_head % tp or batch % (n // tp):
-                continue
-            dp = n // tp
-            for m, z in itertools.product(_divisors(batch // dp), zero_stages):
-                r = simulate(workload, cluster, Strategy(dp, tp, 1, m, z), batch)
-                if r.fits(cap) and (best is None or r.step_time < best.step_time):
-                    best = r
-    return best
+                key = (r.fits(cap), -r.step_time if r.fits(cap) else -r.memory["total"])
+                if best is None or key > best[0]:
+                    best = (key, r)
+            if best is not None:
+                rows.append(best[1])
+    return sorted(rows, key=lambda r: (not r.fits(cap), r.step_time))

@@ -35,7 +35,14 @@ class Workload:
     rest_activation_bytes: float = 0.0
     trace_dtype_bytes: int = 4
     n_head: int = 1
-    mode: str = "graph"  # how the step runs: "graph" (nn.Graph) or "eager"; sets the per-op overhead
+    mode: str = "graph"  # how the step runs: "graph" (nn.Graph), "eager", or "global" (eager global tensors)
+    # > 1: the trace is already one rank's share of a ``tp``-way tensor-parallel split (plan.tp_trace);
+    # simulate() then costs it as it is instead of dividing the unsplit model's ops
+    tp: int = 1
+    # of an unsplit trace: the fraction of the layer's and of the rest's parameters a Megatron split
+    # divides (the rest stays whole on every TP rank: layer norms, row-parallel biases, positions)
+    layer_tp_split: float = 1.0
+    rest_tp_split: float = 1.0
 
     @property
     def params(self) -> int:
@@ -141,6 +148,7 @@ def workload_from_ir(
                     c.passes,
                     sum(x.elements for x in same) / len(same),
                     c.calls,
+                    c.local,
                 )
             )
     lp = sum(n for k, n in params.items() if pat.search("." + k)) / max(traced, 1)
@@ -201,7 +209,7 @@ def gpt_workload(config=None, seq: int | None = None, trace_layers: int = 1, nam
         if id(p) not in seen:  # the tied lm_head weight counts once
             seen.add(id(p))
             params[k] = int(np.prod(p.shape))
-    return workload_from_ir(
+    w = workload_from_ir(
         ir,
         name=name,
         batch=1,
@@ -210,4 +218,22 @@ def gpt_workload(config=None, seq: int | None = None, trace_layers: int = 1, nam
         params=params,
         n_layer=cfg.n_layer,
         n_head=cfg.n_head,
+    )
+    layer_split = sum(n for k, n in params.items() if re.search(GPT_LAYER, "." + k) and _megatron_split(k))
+    rest_split = sum(n for k, n in params.items() if not re.search(GPT_LAYER, "." + k) and _megatron_split(k))
+    traced = max(1, min(trace_layers, cfg.n_layer))
+    return dataclasses.replace(
+        w,
+        layer_tp_split=layer_split / traced / max(w.layer_params, 1),
+        rest_tp_split=rest_split / max(w.rest_params, 1),
+    )
+
+
+def _megatron_split(name: str) -> bool:
+    """Whether Megatron's plan of the zoo GPT (``flow_dist.parallel.gpt_plan``) splits parameter ``name``:
+    the attention's ``c_attn`` and the MLP's ``c_fc`` (weights and biases), both ``c_proj`` weights and
+    the token table (tied to the output layer)."""
+    return (
+        name.endswith(("c_attn.weight", "c_attn.bias", "c_fc.weight", "c_fc.bias", "c_proj.weight"))
+        or name == "transformer.wte.weight"
     )
