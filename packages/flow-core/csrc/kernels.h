@@ -13,6 +13,7 @@ void register_lowp(pybind11::module_& m);
 void register_lowp_gemm(pybind11::module_& m);
 void register_batch_norm(pybind11::module_& m);
 void register_conv(pybind11::module_& m);
+void register_attention(pybind11::module_& m);  // attention.cpp: fused (flash) attention
 void register_allocator(pybind11::module_& m);  // allocator.cpp: the caching NumPy memory handler
 
 }  // namespace flow_native

@@ -36,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
   flow_native::register_lowp_gemm(m);
   flow_native::register_batch_norm(m);
   flow_native::register_conv(m);
+  flow_native::register_attention(m);
   flow_native::register_blas(m);
   flow_native::register_allocator(m);
 }

@@ -71,6 +71,8 @@ __all__ = [
 # dtype eager autocast computes it in (a denied loss differentiates in float32, a convolution's
 # input and weight gradients run low).
 _LOW = ("matmul", "linear", "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "einsum")
+# torch's scaled_dot_product_attention is lower_precision_fp on CPU and CUDA: so is its fused op
+_LOW += ("flash_attention", "flash_attention_backward")
 _FP32 = (
     "prod",
     "binary_cross_entropy",

@@ -18,10 +18,10 @@ def flow_register_tables(registry) -> None:
 
 @hookimpl
 def flow_register_rules(registry) -> None:
-    from flow.onnx import rules_math, rules_nn
+    from flow.onnx import rules_attention, rules_math, rules_nn
     from flow.onnx.export import TABLE
 
-    for rules in (rules_math.RULES, rules_nn.RULES):
+    for rules in (rules_math.RULES, rules_nn.RULES, rules_attention.RULES):
         for name, rule in rules.items():
             if name in registry.ops:
                 registry.register_rule(TABLE, name, rule)

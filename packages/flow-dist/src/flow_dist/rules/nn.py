@@ -7,6 +7,8 @@
   log-sum-exps instead of the logits (:mod:`flow_dist.rules.vocab_loss`).
 - layer_norm normalises the trailing dims: any split of a leading dim passes through; its
   backward leaves partial weight and bias gradients.
+- flash_attention (and its backward) splits any leading dim of query, key and value alike (batch or
+  heads: the tensor-parallel GPT splits heads).
 - embedding: ids split (weight broadcast) gives the same split; weight split on the embedding dim
   gives the output split on its last dim; vocabulary parallel (weight ``S(0)``) gives partial
   sums: each rank looks up the ids in its rows and zeros the others.
@@ -136,6 +138,22 @@ def layer_norm_backward(ctx: RuleContext) -> list:
     return sigs
 
 
+def flash_attention(ctx: RuleContext) -> list:
+    """Any split of a leading dim (batch, heads) on query, key and value passes through to out and lse."""
+    sigs = [Sig((B, B, B), (B, B))]
+    for d in range(ctx.ndim(1) - 2):
+        sigs.append(Sig((S(d), S(d), S(d)), (S(d), S(d))))
+    return sigs
+
+
+def flash_attention_backward(ctx: RuleContext) -> list:
+    """(grad_out, q, k, v, out, lse, grad_lse?) split on one leading dim give (dq, dk, dv) split on it."""
+    sigs = [Sig((B,) * 6 + (_opt(ctx, 6, B),), (B, B, B))]
+    for d in range(ctx.ndim(1) - 2):
+        sigs.append(Sig((S(d),) * 6 + (_opt(ctx, 6, S(d)),), (S(d), S(d), S(d))))
+    return sigs
+
+
 def _vocab_parallel(call, inputs, attrs):
     import flow
 
@@ -225,6 +243,8 @@ RULES = {
     "nll_loss_backward": loss_backward,
     "layer_norm": layer_norm,
     "layer_norm_backward": layer_norm_backward,
+    "flash_attention": flash_attention,
+    "flash_attention_backward": flash_attention_backward,
     "embedding": embedding,
     "embedding_backward": embedding_backward,
     "conv2d": conv2d,

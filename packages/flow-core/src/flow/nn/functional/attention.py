@@ -3,6 +3,12 @@
 Composed of matmul, masking, softmax and dropout, so its gradient (of any
 order) comes from autograd. Rows whose keys are all masked give zeros (as
 PyTorch's math backend), not NaN.
+
+Where the fused ``flash_attention`` op applies (no ``attn_mask``, ``dropout_p == 0``, float32 /
+float64 on the CPU, equal leading dims after the GQA repeat) it runs instead: the same values, with
+the (L, S) score matrix never formed on the CPU; its gradients of any order come from the op's.
+``flow.backends.cpu.attention.enable_flash_sdp(False)`` (or ``FLOW_CPU_FLASH_ATTENTION=0``) keeps
+the composite everywhere.
 """
 
 from __future__ import annotations
@@ -57,6 +63,18 @@ def _check(query, key, value, attn_mask, dropout_p):
         M.broadcast_shapes(op, tuple(attn_mask.shape), tuple(query.shape[:-2]) + want)
 
 
+def _use_flash(query, key, value, attn_mask, dropout_p) -> bool:
+    """Whether the fused op computes this call (the composite does everything else)."""
+    from flow.backends.cpu.attention import flash_sdp_enabled
+
+    if attn_mask is not None or dropout_p > 0 or not flash_sdp_enabled():
+        return False
+    if query.dtype.name not in ("float32", "float64") or getattr(query.device, "type", None) != "cpu":
+        return False
+    lead = tuple(query.shape[:-2])
+    return lead == tuple(key.shape[:-2]) == tuple(value.shape[:-2]) and key.shape[-2] > 0
+
+
 def _repeat_heads(t, groups: int):
     """(..., Hk, S, E) -> (..., Hk * groups, S, E), each head repeated ``groups`` times in a row."""
     s = tuple(t.shape)
@@ -93,6 +111,10 @@ def scaled_dot_product_attention(
             key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hk)
     L, S = query.shape[-2], key.shape[-2]
     sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if _use_flash(query, key, value, attn_mask, dropout_p):
+        from flow.ops.nn_attention import flash_attention
+
+        return flash_attention(query, key, value, is_causal=bool(is_causal), scale=sc)[0]
     scores = matmul(query, key.transpose(-2, -1)) * sc
     row_ok = None  # rows with at least one key to attend to (None: all of them)
     if is_causal:  # top-left aligned: row i sees keys 0..i, so no row is fully masked
