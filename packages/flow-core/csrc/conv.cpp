@@ -180,6 +180,8 @@ void col2im(const py::array& cols, py::array dx, std::int64_t kh, std::int64_t k
 // The weight gradient sums over images; it is cut by fixed blocks of its columns (kernel taps)
 // instead, so the order of every sum stays the same too. Column blocks, not row blocks: each GEMM
 // packs its (O, n * P) left operand again, which is smaller than the (C * kh * kw, n * P) right one.
+// All three write into the output array the caller passes (graph memory planning's arena views
+// among them, via flow.backends.cpu.conv's out= kernels): no result is allocated here.
 
 constexpr std::int64_t kColBlock = 256;  // weight-gradient columns per task
 
@@ -241,8 +243,10 @@ void conv_forward_impl(const T* x, const T* w, T* out, const ConvShape& s) {
   }
 }
 
+// zero: dx is not zeroed yet (an out= buffer); each task clears its own images just before adding
+// into them, so the clearing is parallel and the images are still in cache for col2im.
 template <typename T>
-void conv_backward_input_impl(const T* gout, const T* w, T* dx, const ConvShape& s) {
+void conv_backward_input_impl(const T* gout, const T* w, T* dx, const ConvShape& s, bool zero) {
   const ConvGeom& g = s.g;
   const std::int64_t tasks = (g.n + s.nb - 1) / s.nb;
 #pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
@@ -258,6 +262,7 @@ void conv_backward_input_impl(const T* gout, const T* w, T* dx, const ConvShape&
     }
     T* dcols = scratch<T>(0, s.k * np);
     gemm(true, false, s.k, np, s.o, T(1), w, s.k, rows, np, T(0), dcols, np);
+    if (zero) std::fill(dx + i0 * s.img, dx + (i0 + n) * s.img, T(0));
     col2im_impl(dcols, dx + i0 * s.img, c, false);  // tasks own distinct images of dx
   }
 }
@@ -347,7 +352,8 @@ void conv2d_gemm_forward(const py::array& x, const py::array& w, py::array out, 
 
 void conv2d_gemm_backward_input(const py::array& gout, const py::array& w, py::array dx, std::int64_t kh,
                                 std::int64_t kw, std::int64_t sh, std::int64_t sw, std::int64_t pt, std::int64_t pl,
-                                std::int64_t dh, std::int64_t dw, std::int64_t ho, std::int64_t wo, std::int64_t nb) {
+                                std::int64_t dh, std::int64_t dw, std::int64_t ho, std::int64_t wo, std::int64_t nb,
+                                bool zero) {
   constexpr const char* fn = "conv2d_gemm_backward_input";
   const DType dt = get_dtype(gout, fn, "grad_out");
   check_same_dtype(w, gout, fn, "w", "grad_out");
@@ -356,12 +362,15 @@ void conv2d_gemm_backward_input(const py::array& gout, const py::array& w, py::a
   check_contiguous(w, fn, "w");
   check_inplace(dx, fn, "dx");
   const ConvShape s = conv_shape(fn, dx, w, gout, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, nb);
-  if (gout.size() == 0 || s.k == 0) return;  // dx arrives zeroed: nothing to add
+  if (gout.size() == 0 || s.k == 0) {  // nothing to add: dx is all zeros
+    if (zero) std::fill(mptr<char>(dx), mptr<char>(dx) + dx.nbytes(), char(0));
+    return;
+  }
   py::gil_scoped_release nogil;
   BlasSerial serial;
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    conv_backward_input_impl<T>(cptr<T>(gout), cptr<T>(w), mptr<T>(dx), s);
+    conv_backward_input_impl<T>(cptr<T>(gout), cptr<T>(w), mptr<T>(dx), s, zero);
   });
 }
 
@@ -398,8 +407,11 @@ void register_conv_gemm(py::module_& m) {
             .c_str());
   m.def("conv2d_gemm_backward_input", &conv2d_gemm_backward_input, py::arg("grad_out"), py::arg("w"), py::arg("dx"),
         py::arg("kh"), py::arg("kw"), py::arg("sh"), py::arg("sw"), py::arg("pt"), py::arg("pl"), py::arg("dh"),
-        py::arg("dw"), py::arg("ho"), py::arg("wo"), py::arg("nb"),
-        (std::string("Add the input gradient of conv2d into the zeroed dx (N, C, H, W).") + doc_args).c_str());
+        py::arg("dw"), py::arg("ho"), py::arg("wo"), py::arg("nb"), py::arg("zero") = false,
+        (std::string("Add the input gradient of conv2d into the zeroed dx (N, C, H, W); zero=True: dx is "
+                     "any buffer and is overwritten.") +
+         doc_args)
+            .c_str());
   m.def("conv2d_gemm_backward_weight", &conv2d_gemm_backward_weight, py::arg("grad_out"), py::arg("x"),
         py::arg("dweight"), py::arg("kh"), py::arg("kw"), py::arg("sh"), py::arg("sw"), py::arg("pt"),
         py::arg("pl"), py::arg("dh"), py::arg("dw"), py::arg("ho"), py::arg("wo"), py::arg("nb"),

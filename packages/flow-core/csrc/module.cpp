@@ -37,6 +37,7 @@ PYBIND11_MODULE(_C, m) {
   flow_native::register_batch_norm(m);
   flow_native::register_conv(m);
   flow_native::register_attention(m);
+  flow_native::register_winograd(m);
   flow_native::register_blas(m);
   flow_native::register_allocator(m);
 }

@@ -91,3 +91,10 @@ def register(registry) -> None:
 
     for op, factory in GENERIC_OUT_VARIANTS.items():
         register_out_variant(registry, op, "generic", factory)
+    # the CPU convolutions (flow.backends.cpu.conv): their native kernels write into the given array
+    if "cpu" in registry._device_types:
+        from flow.backends.cpu import conv
+
+        for op, fn in conv.OUT_VARIANTS.items():
+            if op in registry._ops:
+                register_out_variant(registry, op, "cpu", fn)

@@ -163,13 +163,21 @@ def out_kernel(op, device_type: str, dtype, kernel=None):
     if kernel is not None and supports_out(kernel):
         return kernel
     entries = REGISTRY.kernel_entries(op, device_type, dtype)
-    if not entries or entries[0].out is None:
+    return entry_out_variant(entries[0], device_type) if entries else None
+
+
+def entry_out_variant(entry, device_type: str):
+    """The out-variant declared with one kernel entry (``REGISTRY.kernel_entries``), or ``None``; a
+    generic entry's factory is built with the device's array module. Autotuned steps take one per
+    candidate, so that whichever kernel the tuner keeps writes into the arena."""
+    from flow.registry import REGISTRY
+
+    if entry.out is None:
         return None
-    e = entries[0]
-    if e.generic:
+    if entry.generic:
         dev = REGISTRY.device_types.get(device_type)
-        return None if dev is None else _marked(e.out(dev.xp))
-    return _marked(e.out)
+        return None if dev is None else _marked(entry.out(dev.xp))
+    return _marked(entry.out)
 
 
 def _marked(fn):

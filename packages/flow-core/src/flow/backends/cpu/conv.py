@@ -16,6 +16,11 @@ kernel size, any input layout (made C-contiguous first). Everything else (groupe
 convolutions, integer dtypes, or the extension not built) runs the NumPy reference kernels of
 :mod:`flow.ops.nn_conv`, as does everything when ``FLOW_CONV_REFERENCE=1`` (to measure one against
 the other).
+
+``out=``: each kernel also writes into a given C-contiguous array of the result's shape and dtype
+(graph memory planning's arena; :data:`OUT_VARIANTS` are the op-signature forms, registered by
+:mod:`flow.graph.out_variants`). The native paths compute straight into it; what runs elsewhere
+(reference kernels, 16-bit floats through the float32 adapter) computes a result and copies it in.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import threading
 import numpy as np
 
 from flow.backends.cpu import native, threads
+from flow.errors import OpError, OpTypeError
 from flow.ops import nn_conv as R
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -38,6 +44,9 @@ _PER_IMAGE_PIXELS = 256
 # of its time. Buffers above this size are not kept.
 _KEEP_BYTES = 64 << 20
 _SCRATCH = threading.local()
+# Eager hooks installed by flow.backends.cpu.winograd.set_conv_algorithm: a result, or None for the GEMM below.
+eager_forward = None
+eager_backward_input = None
 
 
 def use_native(a: np.ndarray, groups: int) -> bool:
@@ -90,6 +99,31 @@ def _scratch(slot: str, size: int, dtype: np.dtype) -> np.ndarray:
     return buf
 
 
+def _check_out(op: str, out: np.ndarray, shape: tuple, dtype: np.dtype, inputs: tuple) -> None:
+    """Raise unless ``out`` can take the result in place: an ndarray of ``shape`` and ``dtype``, C-contiguous
+    (the native kernels address it as one flat block), writeable and apart from every input."""
+    if not isinstance(out, np.ndarray):
+        raise OpTypeError(op, f"'out' must be a NumPy array, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise OpTypeError(op, f"'out' has dtype {out.dtype} but the result has dtype {dtype}")
+    if tuple(out.shape) != tuple(shape):
+        raise OpError(op, f"'out' has shape {tuple(out.shape)} but the result has shape {tuple(shape)}")
+    if not out.flags.c_contiguous:
+        raise OpError(op, "'out' must be C-contiguous")
+    if not out.flags.writeable:
+        raise OpError(op, "'out' is read-only")
+    if any(a is not None and np.may_share_memory(out, a) for a in inputs):
+        raise OpError(op, "'out' overlaps an input; the kernels read the inputs while writing it")
+
+
+def _into(out: np.ndarray | None, r: np.ndarray) -> np.ndarray:
+    """``r``, or ``r`` copied into ``out`` (the paths that cannot write into ``out`` directly)."""
+    if out is None:
+        return r
+    np.copyto(out, r)
+    return out
+
+
 def _rows(g: np.ndarray, sl: slice, buf: np.ndarray) -> np.ndarray:
     """The chunk's output gradient (n, O, P) as GEMM rows (O, n * P), copied into ``buf`` if n > 1."""
     gs = g[sl]
@@ -101,29 +135,33 @@ def _rows(g: np.ndarray, sl: slice, buf: np.ndarray) -> np.ndarray:
     return rows.reshape(O, n * P)
 
 
-def conv2d_forward(x, w, b, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> np.ndarray:
-    """``conv2d(x, w, b)`` (NCHW); see :func:`flow.ops.nn_conv.conv2d_forward` for the arguments."""
-    if not use_native(x, groups):
-        return R.conv2d_forward(np, x, w, b, stride, padding, dilation, groups)
+def conv2d_forward(
+    x, w, b, stride: tuple, padding: tuple, dilation: tuple, groups: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``conv2d(x, w, b)`` (NCHW); see :func:`flow.ops.nn_conv.conv2d_forward` for the arguments.
+    ``out``: an (N, O, Ho, Wo) array the result is written into (and returned)."""
     N, C, H, W = x.shape
     O, _, kh, kw = w.shape
     Ho, Wo = R.conv_out_size("conv2d", (H, W), (kh, kw), stride, padding, dilation)
+    if out is not None:
+        _check_out("conv2d", out, (N, O, Ho, Wo), x.dtype, (x, w, b))
+    if eager_forward is not None and (y := eager_forward(x, w, b, stride, padding, dilation, groups)) is not None:
+        return _into(out, y)
+    if not use_native(x, groups):
+        return _into(out, R.conv2d_forward(np, x, w, b, stride, padding, dilation, groups))
     K, P = C * kh * kw, Ho * Wo
     x = np.ascontiguousarray(x)
     wm = np.ascontiguousarray(w).reshape(O, K)
-    out = np.empty((N, O, P), dtype=x.dtype)
+    res = np.empty((N, O, P), dtype=x.dtype) if out is None else out.reshape(N, O, P)  # a view of out
     if _fused():
         nb = _task_images(N, K, P, x.itemsize)
-        native._C.conv2d_gemm_forward(x, wm, out, *_geom(kh, kw, stride, padding, dilation, Ho, Wo), nb)
-        out = out.reshape(N, O, Ho, Wo)
-        if b is not None:
-            out += b.reshape(1, O, 1, 1)
-        return out
+        native._C.conv2d_gemm_forward(x, wm, res, *_geom(kh, kw, stride, padding, dilation, Ho, Wo), nb)
+        return _bias(res, b, out, (N, O, Ho, Wo))
     # a 1x1, stride-1, unpadded kernel reads every pixel once in place: the image is its own columns
     identity = (kh, kw) == (1, 1) and stride == (1, 1) and not any(padding)
     chunks, nmax = _plan(N, K, P, x.itemsize, per_image=True)
     cols = _scratch("cols", 0 if identity and nmax == 1 else K * nmax * P, x.dtype)
-    res = _scratch("res", O * nmax * P if nmax > 1 else 0, x.dtype)
+    rbuf = _scratch("res", O * nmax * P if nmax > 1 else 0, x.dtype)
     for sl in chunks:
         n = sl.stop - sl.start
         if identity and n == 1:
@@ -132,35 +170,61 @@ def conv2d_forward(x, w, b, stride: tuple, padding: tuple, dilation: tuple, grou
             c = cols[: K * n * P].reshape(K, n * P)
             native.im2col(x[sl], kernel_size=(kh, kw), stride=stride, padding=padding, dilation=dilation, out=c)
         if n == 1:
-            np.matmul(wm, c, out=out[sl.start])
+            np.matmul(wm, c, out=res[sl.start])
         else:
-            r = res[: O * n * P].reshape(O, n * P)
+            r = rbuf[: O * n * P].reshape(O, n * P)
             np.matmul(wm, c, out=r)
-            out[sl] = r.reshape(O, n, P).transpose(1, 0, 2)
-    out = out.reshape(N, O, Ho, Wo)
+            res[sl] = r.reshape(O, n, P).transpose(1, 0, 2)
+    return _bias(res, b, out, (N, O, Ho, Wo))
+
+
+def _bias(res: np.ndarray, b, out: np.ndarray | None, shape: tuple) -> np.ndarray:
+    """The forward result ``res`` (a view of ``out`` when given) in ``shape``, with the bias added in place."""
+    y = res.reshape(shape)
     if b is not None:
-        out += b.reshape(1, O, 1, 1)
-    return out
+        y += b.reshape(1, shape[1], 1, 1)
+    return y if out is None else out
 
 
 def conv2d_backward_input(
-    g, w, input_size: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int
+    g,
+    w,
+    input_size: tuple,
+    stride: tuple,
+    padding: tuple,
+    dilation: tuple,
+    groups: int,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The input gradient of conv2d: ``w^T @ grad_output`` per chunk, col2im-added into a zeroed result."""
-    if not use_native(g, groups):
-        return R.conv2d_backward_input(np, g, w, input_size, stride, padding, dilation, groups)
+    """The input gradient of conv2d: ``w^T @ grad_output`` per chunk, col2im-added into a zeroed result.
+    ``out``: an (N, C, H, W) array the result is written into (and returned)."""
     N, O, Ho, Wo = g.shape
-    _, C, kh, kw = w.shape
+    _, Cg, kh, kw = w.shape
     H, W = input_size
+    if out is not None:
+        _check_out("conv2d_backward_input", out, (N, Cg * groups, H, W), g.dtype, (g, w))
+    hook = eager_backward_input
+    if hook is not None and (y := hook(g, w, input_size, stride, padding, dilation, groups)) is not None:
+        return _into(out, y)
+    if not use_native(g, groups):
+        return _into(out, R.conv2d_backward_input(np, g, w, input_size, stride, padding, dilation, groups))
+    C = Cg  # groups == 1 from here on
     K, P = C * kh * kw, Ho * Wo
     wt = np.ascontiguousarray(w).reshape(O, K).T  # (K, O): a transposed operand, no copy (BLAS transposes)
     gr = np.ascontiguousarray(g).reshape(N, O, P)
-    dx = np.zeros((N, C, H, W), dtype=g.dtype)
     if _fused():
+        # the native tasks zero their own images of dx right before adding into them (no zeroing pass)
+        dx = np.empty((N, C, H, W), dtype=g.dtype) if out is None else out
         wm = np.ascontiguousarray(w).reshape(O, K)
         nb = _task_images(N, K, P, g.itemsize)
-        native._C.conv2d_gemm_backward_input(gr, wm, dx, *_geom(kh, kw, stride, padding, dilation, Ho, Wo), nb)
+        geom = _geom(kh, kw, stride, padding, dilation, Ho, Wo)
+        native._C.conv2d_gemm_backward_input(gr, wm, dx, *geom, nb, True)  # zero=True
         return dx
+    if out is None:
+        dx = np.zeros((N, C, H, W), dtype=g.dtype)
+    else:
+        dx = out
+        dx.fill(0)  # col2im adds into it
     chunks, nmax = _plan(N, K, P, g.itemsize, per_image=True)
     dcols = _scratch("cols", K * nmax * P, g.dtype)
     gbuf = _scratch("res", O * nmax * P if nmax > 1 else 0, g.dtype)
@@ -173,24 +237,36 @@ def conv2d_backward_input(
 
 
 def conv2d_backward_weight(
-    g, x, weight_size: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int
+    g,
+    x,
+    weight_size: tuple,
+    stride: tuple,
+    padding: tuple,
+    dilation: tuple,
+    groups: int,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The weight gradient of conv2d: the sum over chunks of ``grad_output @ cols^T``."""
-    if not use_native(x, groups):
-        return R.conv2d_backward_weight(np, g, x, weight_size, stride, padding, dilation, groups)
+    """The weight gradient of conv2d: the sum over chunks of ``grad_output @ cols^T``.
+    ``out``: an (O, C / groups, kh, kw) array the result is written into (and returned)."""
     N, C = x.shape[:2]
     O, Ho, Wo = g.shape[1:]
     kh, kw = weight_size
+    if out is not None:
+        _check_out("conv2d_backward_weight", out, (O, C // groups, kh, kw), x.dtype, (g, x))
+    if not use_native(x, groups):
+        return _into(out, R.conv2d_backward_weight(np, g, x, weight_size, stride, padding, dilation, groups))
     K, P = C * kh * kw, Ho * Wo
     x = np.ascontiguousarray(x)
     gr = np.ascontiguousarray(g).reshape(N, O, P)
+    dw = np.empty((O, K), dtype=x.dtype) if out is None else out.reshape(O, K)  # a view of out
     if _fused():
-        dw = np.empty((O, K), dtype=x.dtype)
         nb = max((s.stop - s.start for s in R._chunks(N, K * P * x.itemsize, P)), default=1)
         native._C.conv2d_gemm_backward_weight(gr, x, dw, *_geom(kh, kw, stride, padding, dilation, Ho, Wo), nb)
-        return dw.reshape(O, C, kh, kw)
-    acc = np.zeros((O, K), dtype=x.dtype)
+        return dw.reshape(O, C, kh, kw) if out is None else out
+    acc = dw
     chunks, nmax = _plan(N, K, P, x.itemsize)
+    if not chunks:  # an empty batch: the sum over no images
+        acc.fill(0)
     cols = _scratch("cols", K * nmax * P, x.dtype)
     gbuf = _scratch("res", O * nmax * P if nmax > 1 else 0, x.dtype)
     part = _scratch("part", O * K, x.dtype)[: O * K].reshape(O, K) if len(chunks) > 1 else None
@@ -202,4 +278,91 @@ def conv2d_backward_weight(
         np.matmul(_rows(gr, sl, gbuf), c.T, out=acc if k == 0 else part)
         if k:
             acc += part
-    return acc.reshape(O, C, kh, kw)
+    return acc.reshape(O, C, kh, kw) if out is None else out
+
+
+# -- out= forms with the op signatures (the kernels of flow.ops.nn_conv), for graph memory planning -------
+def _lowp_into(op: str, args: tuple, attrs: dict, out: np.ndarray | None) -> np.ndarray | None:
+    """16-bit floats: what eager dispatch runs (the float32 adapter of flow.backends.cpu.lowp), copied
+    into ``out``; None for the other dtypes (the kernels above take them)."""
+    from flow.backends.cpu.lowp import LOWP
+
+    if args[0].dtype not in LOWP:
+        return None
+    from flow import _dtype as D
+    from flow.registry import REGISTRY
+
+    fn = REGISTRY.resolve_kernel(REGISTRY.ops[op], "cpu", D.as_dtype(args[0].dtype))
+    r = fn(*args, **attrs)
+    if out is not None:
+        if r.shape != out.shape or r.dtype != out.dtype:
+            raise OpError(op, f"'out' has shape {out.shape} and dtype {out.dtype}, the result {r.shape} {r.dtype}")
+        np.copyto(out, r)
+        return out
+    return r
+
+
+def conv2d_out(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    stride: tuple = (1, 1),
+    padding: tuple = (0, 0, 0, 0),
+    dilation: tuple = (1, 1),
+    groups: int = 1,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The ``conv2d`` CPU kernel with ``out=``."""
+    attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    r = _lowp_into("conv2d", (x, w, b), attrs, out)
+    if r is not None:
+        return r
+    return conv2d_forward(x, w, b, tuple(stride), tuple(padding), tuple(dilation), groups, out=out)
+
+
+def conv2d_backward_input_out(
+    g: np.ndarray,
+    w: np.ndarray,
+    input_size: tuple = (),
+    stride: tuple = (1, 1),
+    padding: tuple = (0, 0, 0, 0),
+    dilation: tuple = (1, 1),
+    groups: int = 1,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The ``conv2d_backward_input`` CPU kernel with ``out=``."""
+    attrs = dict(input_size=input_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    r = _lowp_into("conv2d_backward_input", (g, w), attrs, out)
+    if r is not None:
+        return r
+    return conv2d_backward_input(
+        g, w, tuple(input_size), tuple(stride), tuple(padding), tuple(dilation), groups, out=out
+    )
+
+
+def conv2d_backward_weight_out(
+    g: np.ndarray,
+    x: np.ndarray,
+    weight_size: tuple = (),
+    stride: tuple = (1, 1),
+    padding: tuple = (0, 0, 0, 0),
+    dilation: tuple = (1, 1),
+    groups: int = 1,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The ``conv2d_backward_weight`` CPU kernel with ``out=``."""
+    attrs = dict(weight_size=weight_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    r = _lowp_into("conv2d_backward_weight", (g, x), attrs, out)
+    if r is not None:
+        return r
+    return conv2d_backward_weight(
+        g, x, tuple(weight_size), tuple(stride), tuple(padding), tuple(dilation), groups, out=out
+    )
+
+
+# op -> out-variant of its "default" cpu kernel (registered by flow.graph.out_variants)
+OUT_VARIANTS = {
+    "conv2d": conv2d_out,
+    "conv2d_backward_input": conv2d_backward_input_out,
+    "conv2d_backward_weight": conv2d_backward_weight_out,
+}

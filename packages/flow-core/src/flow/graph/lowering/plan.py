@@ -107,17 +107,25 @@ def _kernels(node: Node, autotune: bool):
         raise FlowError(f"graph lowering: node {node.id} ({node.name}) has no tensor input")
     dt, dtype = first.device.type, first.dtype
     kern = REGISTRY.resolve_kernel(node.op, dt, dtype)
-    cands = []
+    cands, outs = [], []
     if autotune:
+        from flow.graph.pass_tables import entry_out_variant, supports_out
+
         dev = REGISTRY.device_types[dt]
         seen = set()
         for e in REGISTRY.kernel_entries(node.op, dt, dtype):
             if e.name in seen:
                 continue
             seen.add(e.name)
-            cands.append((e.name, e.fn(dev.xp) if e.generic else e.fn))
+            fn = e.fn(dev.xp) if e.generic else e.fn
+            cands.append((e.name, fn))
+            outs.append((e.name, entry_out_variant(e, dt) or (fn if supports_out(fn) else None)))
         if len(cands) < 2:
             cands = []
+        elif all(fn is not None for _, fn in outs):
+            # every candidate writes into a given array: the tuner runs those forms (they take out=None
+            # too), so memory planning can put the step's outputs in the arena whichever kernel wins
+            cands = outs
     return kern, cands, dt, dtype
 
 
@@ -144,9 +152,15 @@ def skipping_kernel(kern, node: Node):
     return skipping
 
 
-def _out_kernel(node: Node, kern, dt: str, dtype):
-    from flow.graph.pass_tables import out_kernel
+def _step_out_kernel(node: Node, kern, cands: list, flag, dt: str, dtype):
+    """The step's out-variant: the dispatch kernel's, or with autotuning candidates the first candidate
+    when all of them take ``out=`` (see :func:`_kernels`); None for a skipped (``skip_if``) step."""
+    from flow.graph.pass_tables import out_kernel, supports_out
 
+    if flag is not None:
+        return None
+    if cands:
+        return cands[0][1] if all(supports_out(fn) for _, fn in cands) else None
     return out_kernel(node.op, dt, dtype, kern)
 
 
@@ -265,7 +279,7 @@ def lower(ir: GraphIR, config=None) -> Plan:
                 dtype,
                 cands,
                 scalar_out=scalar,
-                out_kernel=None if cands or flag is not None else _out_kernel(n, kern, dt, dtype),
+                out_kernel=_step_out_kernel(n, kern, cands, flag, dt, dtype),
             )
         )
     deps = {pos[nid]: {pos[d] for d in ds} for nid, ds in deps_by_node.items()}

@@ -314,7 +314,7 @@ def plan_memory(plan, config=None) -> None:
     cands, out_args = [], {}
     for st in plan.steps:
         n = st.node
-        kern = None if st.candidates else out_variant(st)
+        kern = out_variant(st)  # with autotuning candidates: set only when every candidate takes out=
         args = [None] * len(st.outs)
         if kern is not None:
             for j, i in n.tags.get("out_inplace", {}).items():
